@@ -1,0 +1,239 @@
+"""The algorithm IR: an ordered list of chunk transfers, its JSON form, and ``verify``.
+
+Every producer (synthesizer, baselines, XML import) emits an :class:`Algorithm`; every consumer
+(simulator, verifier, mpi runner, lowering, tracking) reads one.
+
+Semantics: the list order is program order. A transfer reads ``chunks`` on ``src`` as they are
+after all earlier transfers and either copies them to ``dst`` (overwriting) or reduces them into
+``dst``'s values. ``step`` is a non-decreasing logical step (transfers of one step may run at once
+where their data allows); ``start_us`` is an optional planned start time.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import networkx as nx
+
+from .collectives import NAMES, Collective
+from .errors import InputError
+
+FORMAT = "autotaccl-algorithm"
+VERSION = 1
+OPS = ("copy", "reduce")
+
+
+@dataclass(frozen=True)
+class Transfer:
+    chunks: tuple[int, ...]
+    src: int
+    dst: int
+    step: int
+    op: str = "copy"
+    link: int = 0
+    start_us: float | None = None
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    name: str
+    collective: Collective
+    transfers: tuple[Transfer, ...]
+    topology: str = ""
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def ranks(self) -> int:
+        return self.collective.ranks
+
+    @property
+    def num_steps(self) -> int:
+        return 1 + max((t.step for t in self.transfers), default=-1)
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def to_json(algorithm: Algorithm) -> dict:
+    def transfer(t: Transfer) -> dict:
+        out = {"chunks": list(t.chunks), "src": t.src, "dst": t.dst, "step": t.step, "op": t.op}
+        if t.link:
+            out["link"] = t.link
+        if t.start_us is not None:
+            out["start_us"] = round(t.start_us, 6)
+        return out
+
+    c = algorithm.collective
+    return {"format": FORMAT, "version": VERSION, "name": algorithm.name, "topology": algorithm.topology,
+            "collective": {"name": c.name, "ranks": c.ranks, "chunkup": c.chunkup, "root": c.root},
+            "transfers": [transfer(t) for t in algorithm.transfers], "metadata": dict(algorithm.metadata)}
+
+
+def save_algorithm(algorithm: Algorithm, path: str | Path) -> None:
+    """Write the JSON form atomically (a crash leaves no half-written file)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(to_json(algorithm), indent=1) + "\n")
+    tmp.replace(path)
+
+
+def load_algorithm(path: str | Path) -> Algorithm:
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(str(path), "file", "an existing algorithm JSON file")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InputError(str(path), f"line {getattr(err, 'lineno', 1)}", "valid JSON") from None
+    return from_json(data, str(path))
+
+
+def from_json(data: Any, source: str = "<algorithm>") -> Algorithm:
+    """Validate and build an Algorithm; every error names the offending field."""
+    def fail(where: str, expected: str) -> InputError:
+        return InputError(source, where, expected)
+
+    if not isinstance(data, dict):
+        raise fail("document", "a JSON object")
+    if data.get("format") != FORMAT:
+        raise fail("format", f'"{FORMAT}"')
+    if data.get("version") != VERSION:
+        raise fail("version", f"{VERSION} (this autotaccl reads version {VERSION})")
+    coll = data.get("collective")
+    if not isinstance(coll, dict):
+        raise fail("collective", "an object with name, ranks, chunkup")
+    if coll.get("name") not in NAMES:
+        raise fail("collective.name", f"one of: {', '.join(NAMES)}")
+    ints = {}
+    for key, low, default in (("ranks", 2, None), ("chunkup", 1, 1), ("root", 0, 0)):
+        value = coll.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise fail(f"collective.{key}", f"a whole number >= {low}")
+        ints[key] = value
+    if ints["root"] >= ints["ranks"]:
+        raise fail("collective.root", f"a rank in 0..{ints['ranks'] - 1}")
+    collective = Collective(coll["name"], ints["ranks"], ints["chunkup"], ints["root"])
+    raw = data.get("transfers")
+    if not isinstance(raw, list):
+        raise fail("transfers", "a list")
+    transfers = []
+    last_step = 0
+    for i, t in enumerate(raw):
+        where = f"transfers[{i}]"
+        if not isinstance(t, dict):
+            raise fail(where, "an object")
+        unknown = sorted(set(t) - {"chunks", "src", "dst", "step", "op", "link", "start_us"})
+        if unknown:
+            raise fail(f"{where}.{unknown[0]}", "only chunks, src, dst, step, op, link, start_us")
+        chunks = t.get("chunks")
+        if (not isinstance(chunks, list) or not chunks
+                or any(isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < collective.num_chunks for c in chunks)):
+            raise fail(f"{where}.chunks", f"a non-empty list of chunk ids in 0..{collective.num_chunks - 1}")
+        if len(set(chunks)) != len(chunks):
+            raise fail(f"{where}.chunks", "each chunk once")
+        for key in ("src", "dst"):
+            value = t.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < collective.ranks:
+                raise fail(f"{where}.{key}", f"a rank in 0..{collective.ranks - 1}")
+        if t["src"] == t["dst"]:
+            raise fail(f"{where}.dst", "a rank other than src")
+        step = t.get("step")
+        if isinstance(step, bool) or not isinstance(step, int) or step < last_step:
+            raise fail(f"{where}.step", f"a whole number >= {last_step} (steps never decrease)")
+        last_step = step
+        op = t.get("op", "copy")
+        if op not in OPS:
+            raise fail(f"{where}.op", "copy or reduce")
+        link = t.get("link", 0)
+        if isinstance(link, bool) or not isinstance(link, int) or link < 0:
+            raise fail(f"{where}.link", "a whole number >= 0")
+        start = t.get("start_us")
+        if start is not None and (isinstance(start, bool) or not isinstance(start, (int, float)) or start < 0):
+            raise fail(f"{where}.start_us", "a number >= 0")
+        transfers.append(Transfer(tuple(chunks), t["src"], t["dst"], step, op, link,
+                                  None if start is None else float(start)))
+    name = data.get("name", "")
+    metadata = data.get("metadata", {})
+    if not isinstance(name, str):
+        raise fail("name", "a string")
+    if not isinstance(metadata, dict):
+        raise fail("metadata", "an object")
+    return Algorithm(name, collective, tuple(transfers), str(data.get("topology", "")), metadata)
+
+
+# --------------------------------------------------------------------------- verify
+
+
+class VerificationError(ValueError):
+    """The algorithm does not implement its collective; ``index`` is the first offending transfer (or None)."""
+
+    def __init__(self, message: str, index: int | None = None) -> None:
+        self.index = index
+        super().__init__(message if index is None else f"transfer {index}: {message}")
+
+
+def initial_state(collective: Collective) -> list[dict[int, frozenset[int]]]:
+    """Per rank, chunk -> the set of ranks whose input its value contains."""
+    state: list[dict[int, frozenset[int]]] = [{} for _ in range(collective.ranks)]
+    for c in range(collective.num_chunks):
+        pre = collective.precondition(c)
+        for r in pre:
+            state[r][c] = frozenset((r,)) if collective.is_reduction else pre
+    return state
+
+
+def verify(algorithm: Algorithm, graph: nx.DiGraph | None = None) -> None:
+    """Replay chunk possession (and partial sums) and prove the postcondition, or raise VerificationError.
+
+    With ``graph``, every transfer must also use an existing link.
+    """
+    coll = algorithm.collective
+    if graph is not None and graph.number_of_nodes() != coll.ranks:
+        raise VerificationError(f"the algorithm has {coll.ranks} ranks but the topology has {graph.number_of_nodes()}")
+    state = initial_state(coll)
+    for i, t in enumerate(algorithm.transfers):
+        if not (0 <= t.src < coll.ranks and 0 <= t.dst < coll.ranks) or t.src == t.dst:
+            raise VerificationError(f"ranks {t.src}->{t.dst} are not two ranks of 0..{coll.ranks - 1}", i)
+        if graph is not None:
+            if not graph.has_edge(t.src, t.dst):
+                raise VerificationError(f"no link from rank {t.src} to rank {t.dst}", i)
+            if t.link >= graph.edges[t.src, t.dst].get("links", 1):
+                raise VerificationError(f"link index {t.link} does not exist between {t.src} and {t.dst}", i)
+        if t.op == "reduce" and not coll.is_reduction:
+            raise VerificationError(f"a reduce in {coll.name}, which combines nothing", i)
+        src, dst = state[t.src], state[t.dst]
+        for c in t.chunks:
+            if not 0 <= c < coll.num_chunks:
+                raise VerificationError(f"chunk {c} does not exist", i)
+            value = src.get(c)
+            if value is None:
+                raise VerificationError(f"chunk {c} sent from rank {t.src} before it arrived there", i)
+            if t.op == "copy":
+                dst[c] = value
+            else:
+                old = dst.get(c)
+                if old is None:
+                    raise VerificationError(f"chunk {c} reduced into rank {t.dst}, which holds no value of it", i)
+                twice = old & value
+                if twice:
+                    raise VerificationError(
+                        f"chunk {c} reduced into rank {t.dst} counts rank(s) {sorted(twice)} twice", i)
+                dst[c] = old | value
+    for c in range(coll.num_chunks):
+        full = coll.precondition(c)
+        for r in sorted(coll.postcondition(c)):
+            value = state[r].get(c)
+            if value is None:
+                raise VerificationError(f"rank {r} never gets chunk {c}")
+            if value != full:
+                raise VerificationError(
+                    f"rank {r} ends with chunk {c} missing contributions from rank(s) {sorted(full - value)}")
+
+
+def renumber_steps(transfers: Iterable[Transfer]) -> tuple[Transfer, ...]:
+    """Transfers sorted stably by step, with steps renumbered 0, 1, 2, ... without gaps."""
+    ordered = sorted(transfers, key=lambda t: t.step)
+    mapping = {s: i for i, s in enumerate(sorted({t.step for t in ordered}))}
+    return tuple(Transfer(t.chunks, t.src, t.dst, mapping[t.step], t.op, t.link, t.start_us) for t in ordered)

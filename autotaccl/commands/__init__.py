@@ -1,0 +1,1 @@
+"""Sub-commands of the ``autotaccl`` CLI; every module here is registered automatically."""

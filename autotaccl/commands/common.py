@@ -1,0 +1,38 @@
+"""Argument helpers shared by several sub-commands."""
+from __future__ import annotations
+
+import argparse
+
+import networkx as nx
+
+from ..collectives import canonical_name
+from ..hardware import load_hardware
+from ..sizes import parse_size
+from ..topology import build_topology
+
+
+def register(subparsers) -> None:
+    """Not a command: this module only holds helpers."""
+
+
+def add_hardware_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--hardware", required=True, help="profile name (see hardware/) or a YAML / TACCL JSON file")
+    parser.add_argument("--nodes", type=int, default=1, help="number of nodes (default 1)")
+    parser.add_argument("--chunk-size", help="chunk size a TACCL topology JSON was profiled for (e.g. 1M)")
+
+
+def topology_from_args(args: argparse.Namespace) -> nx.DiGraph:
+    from ..errors import InputError
+
+    chunk = parse_size(args.chunk_size, "--chunk-size") if getattr(args, "chunk_size", None) else None
+    if args.nodes < 1:
+        raise InputError("--nodes", str(args.nodes), "a whole number >= 1")
+    profile = load_hardware(args.hardware, chunk)
+    try:
+        return build_topology(profile, args.nodes)
+    except ValueError as err:
+        raise InputError(profile.source, "nics", str(err)) from None
+
+
+def collective_arg(value: str) -> str:
+    return canonical_name(value)

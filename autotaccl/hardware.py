@@ -1,0 +1,358 @@
+"""Hardware profiles: what one node looks like and how fast each kind of link is.
+
+A profile is a YAML file (schema in ``hardware/README.md``) or one of TACCL's topology JSON files.
+Both become the same :class:`HardwareProfile`; :mod:`autotaccl.topology` turns a profile and a node
+count into the graph that every other stage reads.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from .errors import InputError
+from .resources import data_dir
+
+
+@dataclass(frozen=True)
+class LinkClass:
+    """A kind of link: latency per transfer (µs) and bandwidth per link and direction (GB/s, 1e9 B/s)."""
+
+    name: str
+    alpha_us: float
+    bandwidth_GBps: float
+
+
+@dataclass(frozen=True)
+class PointLink:
+    """``count`` parallel links of ``link_class`` between local GPUs ``a`` and ``b``, both directions."""
+
+    a: int
+    b: int
+    count: int
+    link_class: str
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A switch (NVSwitch) joining ``gpus``; each member has one port of ``link_class`` each way."""
+
+    gpus: tuple[int, ...]
+    link_class: str
+
+
+@dataclass(frozen=True)
+class Nic:
+    """A network port of ``link_class``; ``attach`` maps each GPU that can use it to the class of its hop."""
+
+    link_class: str
+    attach: Mapping[int, str | None]
+    far: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    name: str
+    gpus_per_node: int
+    link_classes: Mapping[str, LinkClass]
+    links: tuple[PointLink, ...] = ()
+    switches: tuple[Switch, ...] = ()
+    nics: tuple[Nic, ...] = ()
+    source: str = "<built-in>"
+    description: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def available_profiles() -> list[str]:
+    """Names of the shipped profiles (``hardware/*.yaml``)."""
+    return sorted(p.stem for p in data_dir("hardware").glob("*.yaml"))
+
+
+def load_hardware(spec: str | Path, chunk_bytes: int | None = None, cost_scale: float | None = None) -> HardwareProfile:
+    """A profile from a shipped name (``ndv2``), a YAML path, or a TACCL topology JSON path.
+
+    TACCL files carry per-chunk costs, so they need the chunk size they were profiled for.
+    """
+    path = Path(spec)
+    if not path.suffix and not path.exists():
+        path = data_dir("hardware") / f"{spec}.yaml"
+        if not path.exists():
+            raise InputError("--hardware", repr(str(spec)),
+                             f"a profile file or one of: {', '.join(available_profiles())}")
+    if not path.is_file():
+        raise InputError(str(path), "file", "an existing hardware profile (YAML) or TACCL topology (JSON)")
+    text = path.read_text()
+    if path.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise InputError(str(path), f"line {err.lineno}", f"valid JSON ({err.msg})") from None
+        if chunk_bytes is None:
+            raise InputError(str(path), "--chunk-size", "the chunk size this TACCL profile was made for (e.g. 1M)")
+        return profile_from_taccl(data, str(path), chunk_bytes, cost_scale)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "document"
+        raise InputError(str(path), where, "valid YAML") from None
+    return profile_from_dict(data, str(path))
+
+
+class _Reader:
+    """Reads fields of a parsed document and names the field when one is wrong."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, where: str, expected: str) -> InputError:
+        return InputError(self.source, where, expected)
+
+    def mapping(self, value: Any, where: str) -> dict:
+        if not isinstance(value, dict):
+            raise self.fail(where, "a mapping")
+        return value
+
+    def number(self, value: Any, where: str, allow_zero: bool = False) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise self.fail(where, "a number")
+        if value < 0 or (value == 0 and not allow_zero):
+            raise self.fail(where, "a number >= 0" if allow_zero else "a positive number")
+        return float(value)
+
+    def integer(self, value: Any, where: str, low: int = 1, high: int | None = None) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(where, "a whole number")
+        if value < low or (high is not None and value > high):
+            raise self.fail(where, f"a whole number in {low}..{high}" if high is not None else f"a whole number >= {low}")
+        return value
+
+    def gpu(self, value: Any, where: str, gpus: int) -> int:
+        return self.integer(value, where, 0, gpus - 1)
+
+
+_PROFILE_KEYS = {"name", "description", "gpus_per_node", "link_classes", "links", "switches", "nics"}
+
+
+def profile_from_dict(data: Any, source: str) -> HardwareProfile:
+    """Validate a parsed YAML profile (schema in ``hardware/README.md``)."""
+    r = _Reader(source)
+    data = r.mapping(data, "document")
+    unknown = sorted(set(data) - _PROFILE_KEYS)
+    if unknown:
+        raise r.fail(unknown[0], f"one of the known fields: {', '.join(sorted(_PROFILE_KEYS))}")
+    for key in ("name", "gpus_per_node", "link_classes"):
+        if key not in data:
+            raise r.fail(key, "a value (required field)")
+    name = data["name"]
+    if not isinstance(name, str) or not name:
+        raise r.fail("name", "a non-empty string")
+    gpus = r.integer(data["gpus_per_node"], "gpus_per_node", 1, 4096)
+
+    classes: dict[str, LinkClass] = {}
+    for cname, spec in r.mapping(data["link_classes"], "link_classes").items():
+        where = f"link_classes.{cname}"
+        spec = r.mapping(spec, where)
+        extra = sorted(set(spec) - {"alpha_us", "bandwidth_GBps"})
+        if extra:
+            raise r.fail(f"{where}.{extra[0]}", "only alpha_us and bandwidth_GBps")
+        for key in ("alpha_us", "bandwidth_GBps"):
+            if key not in spec:
+                raise r.fail(f"{where}.{key}", "a value (required field)")
+        classes[str(cname)] = LinkClass(str(cname), r.number(spec["alpha_us"], f"{where}.alpha_us", allow_zero=True),
+                                        r.number(spec["bandwidth_GBps"], f"{where}.bandwidth_GBps"))
+    if not classes:
+        raise r.fail("link_classes", "at least one link class")
+
+    def link_class(value: Any, where: str) -> str:
+        if value not in classes:
+            raise r.fail(where, f"one of the link classes: {', '.join(classes)}")
+        return value
+
+    links: list[PointLink] = []
+    if data.get("links") is not None:
+        spec = r.mapping(data["links"], "links")
+        extra = sorted(set(spec) - {"class", "pairs", "pattern", "dims"})
+        if extra:
+            raise r.fail(f"links.{extra[0]}", "only class, pairs, pattern and dims")
+        default = link_class(spec.get("class"), "links.class")
+        pairs = spec.get("pairs")
+        if "pattern" in spec:
+            if pairs is not None:
+                raise r.fail("links", "either pairs or pattern, not both")
+            pairs = _pattern_pairs(r, spec["pattern"], spec.get("dims"), gpus)
+        if not isinstance(pairs, list):
+            raise r.fail("links.pairs", "a list of [gpu_a, gpu_b, count] or [gpu_a, gpu_b, count, class]")
+        seen = set()
+        for i, pair in enumerate(pairs):
+            where = f"links.pairs[{i}]"
+            if not isinstance(pair, list) or len(pair) not in (3, 4):
+                raise r.fail(where, "[gpu_a, gpu_b, count] or [gpu_a, gpu_b, count, class]")
+            a, b = r.gpu(pair[0], f"{where}[0]", gpus), r.gpu(pair[1], f"{where}[1]", gpus)
+            if a == b:
+                raise r.fail(where, "two different GPUs")
+            if frozenset((a, b)) in seen:
+                raise r.fail(where, f"each GPU pair once (GPUs {a} and {b} repeat)")
+            seen.add(frozenset((a, b)))
+            count = r.integer(pair[2], f"{where}[2]", 1, 64)
+            cls = link_class(pair[3], f"{where}[3]") if len(pair) == 4 else default
+            links.append(PointLink(a, b, count, cls))
+
+    switches: list[Switch] = []
+    for i, spec in enumerate(_list(r, data.get("switches"), "switches")):
+        where = f"switches[{i}]"
+        spec = r.mapping(spec, where)
+        members = _gpu_list(r, spec.get("gpus"), f"{where}.gpus", gpus)
+        if len(members) < 2:
+            raise r.fail(f"{where}.gpus", "at least two GPUs")
+        switches.append(Switch(tuple(members), link_class(spec.get("class"), f"{where}.class")))
+
+    nics: list[Nic] = []
+    for i, spec in enumerate(_list(r, data.get("nics"), "nics")):
+        where = f"nics[{i}]"
+        spec = r.mapping(spec, where)
+        extra = sorted(set(spec) - {"class", "gpus", "via", "far_gpus", "far_via"})
+        if extra:
+            raise r.fail(f"{where}.{extra[0]}", "only class, gpus, via, far_gpus and far_via")
+        cls = link_class(spec.get("class"), f"{where}.class")
+        via = link_class(spec["via"], f"{where}.via") if spec.get("via") is not None else None
+        attach: dict[int, str | None] = {g: via for g in _gpu_list(r, spec.get("gpus"), f"{where}.gpus", gpus)}
+        far: list[int] = []
+        if spec.get("far_gpus") is not None:
+            far_via = link_class(spec.get("far_via"), f"{where}.far_via")
+            for g in _gpu_list(r, spec["far_gpus"], f"{where}.far_gpus", gpus):
+                if g in attach:
+                    raise r.fail(f"{where}.far_gpus", f"GPUs not already in gpus (GPU {g} is)")
+                attach[g] = far_via
+                far.append(g)
+        nics.append(Nic(cls, attach, frozenset(far)))
+
+    return HardwareProfile(name=name, gpus_per_node=gpus, link_classes=classes, links=tuple(links),
+                           switches=tuple(switches), nics=tuple(nics), source=source,
+                           description=str(data.get("description", "")))
+
+
+def _list(r: _Reader, value: Any, where: str) -> list:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise r.fail(where, "a list")
+    return value
+
+
+def _gpu_list(r: _Reader, value: Any, where: str, gpus: int) -> list[int]:
+    if not isinstance(value, list) or not value:
+        raise r.fail(where, f"a non-empty list of GPU indices in 0..{gpus - 1}")
+    members = [r.gpu(g, f"{where}[{i}]", gpus) for i, g in enumerate(value)]
+    if len(set(members)) != len(members):
+        raise r.fail(where, "each GPU once")
+    return members
+
+
+def _pattern_pairs(r: _Reader, pattern: Any, dims: Any, gpus: int) -> list[list[int]]:
+    """Generated link lists for the generic shapes (ring, torus2d, fully-connected)."""
+    if pattern == "ring":
+        return [[i, (i + 1) % gpus, 1] for i in range(gpus if gpus > 2 else 1)]
+    if pattern == "fully-connected":
+        return [[a, b, 1] for a in range(gpus) for b in range(a + 1, gpus)]
+    if pattern == "torus2d":
+        if not (isinstance(dims, list) and len(dims) == 2 and all(isinstance(d, int) and d >= 2 for d in dims)
+                and dims[0] * dims[1] == gpus):
+            raise r.fail("links.dims", f"[rows, columns], each >= 2, with rows*columns = gpus_per_node ({gpus})")
+        rows, cols = dims
+        pairs: set[tuple[int, int]] = set()
+        for y in range(rows):
+            for x in range(cols):
+                g = y * cols + x
+                for other in (y * cols + (x + 1) % cols, ((y + 1) % rows) * cols + x):
+                    if other != g:
+                        pairs.add((min(g, other), max(g, other)))
+        return [[a, b, 1] for a, b in sorted(pairs)]
+    raise r.fail("links.pattern", "one of: ring, torus2d, fully-connected")
+
+
+# --------------------------------------------------------------------------- TACCL topology JSON
+
+_NDV2_DOUBLE = [(0, 1), (0, 4), (1, 3), (2, 3), (2, 6), (4, 5), (5, 7), (6, 7)]
+_NDV2_SINGLE = [(0, 2), (0, 3), (1, 2), (1, 5), (3, 7), (4, 6), (4, 7), (5, 6)]
+
+
+def taccl_cost_scale(chunk_bytes: int) -> float:
+    """The cost scale TACCL's shipped profiles use for a chunk size: 1 (≥1 MiB), 10 (≥32 KiB), else 100."""
+    if chunk_bytes >= 1 << 20:
+        return 1.0
+    if chunk_bytes >= 32 << 10:
+        return 10.0
+    return 100.0
+
+
+def profile_from_taccl(data: Any, source: str, chunk_bytes: int, cost_scale: float | None = None) -> HardwareProfile:
+    """TACCL's profile JSON (``taccl.md`` §1.1), unchanged, as a profile.
+
+    TACCL stores per-chunk costs in a unit it scales by hand; ``cost_scale`` (default: TACCL's own
+    convention for the chunk size) turns them back into µs, and the chunk size into GB/s.
+    Two intra-node classes mean the NDv2 cube-mesh (double links first), one class a switch
+    (DGX-2/HubAndSpoke), and a ``links`` matrix a custom topology.
+    """
+    r = _Reader(source)
+    data = r.mapping(data, "document")
+    scale = cost_scale or taccl_cost_scale(chunk_bytes)
+    gpus = r.integer(data.get("gpus_per_node"), "gpus_per_node", 1, 4096)
+
+    def bandwidth(beta: float) -> float:  # β in scaled cost units per chunk -> GB/s
+        return chunk_bytes / (beta / scale * 1e-6) / 1e9
+
+    alpha = r.number(data.get("alpha"), "alpha", allow_zero=True) / scale
+    classes: dict[str, LinkClass] = {}
+    links: list[PointLink] = []
+    switches: list[Switch] = []
+    if "links" in data:
+        matrix = data["links"]
+        betas = data.get("betas")
+        if not (isinstance(matrix, list) and len(matrix) == gpus and all(isinstance(row, list) and len(row) == gpus for row in matrix)):
+            raise r.fail("links", f"a {gpus}x{gpus} matrix [dst][src]")
+        if not (isinstance(betas, list) and len(betas) == gpus and all(isinstance(row, list) and len(row) == gpus for row in betas)):
+            raise r.fail("betas", f"a {gpus}x{gpus} matrix [dst][src]")
+        for dst in range(gpus):
+            for src in range(dst + 1, gpus):
+                count = matrix[dst][src]
+                if count:
+                    beta = r.number(betas[dst][src], f"betas[{dst}][{src}]")
+                    cname = f"link-{beta:g}"
+                    classes.setdefault(cname, LinkClass(cname, alpha, bandwidth(beta)))
+                    links.append(PointLink(src, dst, r.integer(count, f"links[{dst}][{src}]", 1, 64), cname))
+    else:
+        betas = data.get("node_betas_list")
+        if not isinstance(betas, list) or len(betas) not in (1, 2):
+            raise r.fail("node_betas_list", "a list of one (switch) or two (NDv2: double, single) β values")
+        betas = [r.number(b, f"node_betas_list[{i}]") for i, b in enumerate(betas)]
+        if len(betas) == 2:
+            if gpus != 8:
+                raise r.fail("gpus_per_node", "8 for the NDv2 cube-mesh (two node_betas_list entries)")
+            classes["nvlink-double"] = LinkClass("nvlink-double", alpha, bandwidth(betas[0]))
+            classes["nvlink-single"] = LinkClass("nvlink-single", alpha, bandwidth(betas[1]))
+            links = [PointLink(a, b, 1, "nvlink-double") for a, b in _NDV2_DOUBLE]
+            links += [PointLink(a, b, 1, "nvlink-single") for a, b in _NDV2_SINGLE]
+        else:
+            classes["switch"] = LinkClass("switch", alpha, bandwidth(betas[0]))
+            switches = [Switch(tuple(range(gpus)), "switch")]
+    nics: list[Nic] = []
+    if "nics_per_node" in data:
+        count = r.integer(data["nics_per_node"], "nics_per_node", 1, gpus)
+        remote_alpha = r.number(data.get("remote_alpha"), "remote_alpha", allow_zero=True) / scale
+        remote_beta = r.number(data.get("remote_beta"), "remote_beta")
+        classes["ib"] = LinkClass("ib", remote_alpha, bandwidth(remote_beta))
+        per_nic = gpus // count if gpus % count == 0 else None
+        if per_nic is None:
+            raise r.fail("nics_per_node", f"a divisor of gpus_per_node ({gpus})")
+        nics = [Nic("ib", {g: None for g in range(k * per_nic, (k + 1) * per_nic)}) for k in range(count)]
+    return HardwareProfile(name=str(data.get("name", Path(source).stem)), gpus_per_node=gpus,
+                           link_classes=classes, links=tuple(links), switches=tuple(switches),
+                           nics=tuple(nics), source=source,
+                           description=f"TACCL profile for {chunk_bytes}-byte chunks, cost scale {scale:g}")

@@ -1,0 +1,131 @@
+"""``nodes`` copies of a hardware profile as one directed graph: the only model of the machine.
+
+Vertices of the returned graph are GPU ranks ``0..R-1`` (node ``k`` owns ``k*G .. k*G+G-1``). An edge
+``u -> v`` exists where ``u`` can send to ``v`` directly and carries:
+
+* ``alpha_us``: the latency of one transfer on it,
+* ``bandwidth_GBps``: its rate when nothing else uses what it uses,
+* ``resources``: the arcs of the capacity graph it occupies (an NVLink bundle, a switch out-port
+  and in-port, a GPU-to-NIC hop, a NIC's egress and ingress),
+* ``kind``: ``nvlink``, ``switch`` or ``net``.
+
+``graph.graph["capacity"]`` is the capacity graph: GPUs plus switch, NIC and network vertices, every
+arc with ``capacity`` (GB/s) and ``alpha_us``. The simulator treats each arc as a resource; the bounds
+run max-flow over it. Nothing else has a private notion of a link.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+
+from .hardware import HardwareProfile
+
+NETWORK = "net"
+
+
+def build_topology(profile: HardwareProfile, nodes: int = 1) -> nx.DiGraph:
+    """The graph of ``nodes`` copies of ``profile`` joined through their NICs."""
+    if nodes < 1:
+        raise ValueError("nodes must be at least 1")
+    if nodes > 1 and not profile.nics:
+        raise ValueError(f"profile {profile.name!r} has no NICs, so it cannot span {nodes} nodes")
+    gpn = profile.gpus_per_node
+    cls = profile.link_classes
+    cap = nx.DiGraph()
+    graph = nx.DiGraph(name=f"{profile.name}x{nodes}", profile=profile, nodes=nodes, gpus_per_node=gpn,
+                       capacity=cap)
+    graph.add_nodes_from((n * gpn + g, {"node": n, "local": g}) for n in range(nodes) for g in range(gpn))
+
+    def arc(tail, head, link_class: str | None, capacity: float | None = None, alpha: float | None = None):
+        c = cls[link_class] if link_class else None
+        cap.add_edge(tail, head, capacity=capacity if capacity is not None else c.bandwidth_GBps,
+                     alpha_us=alpha if alpha is not None else (c.alpha_us if c else 0.0))
+        return (tail, head)
+
+    def connect(u: int, v: int, kind: str, resources: tuple) -> None:
+        graph.add_edge(u, v, kind=kind, resources=resources, links=1,
+                       alpha_us=sum(cap.edges[a]["alpha_us"] for a in resources),
+                       bandwidth_GBps=min(cap.edges[a]["capacity"] for a in resources))
+
+    for n in range(nodes):
+        base = n * gpn
+        for link in profile.links:
+            bw = cls[link.link_class].bandwidth_GBps * link.count
+            for a, b in ((link.a, link.b), (link.b, link.a)):
+                connect(base + a, base + b, "nvlink", (arc(base + a, base + b, link.link_class, bw),))
+        for i, switch in enumerate(profile.switches):
+            hub = f"n{n}.sw{i}"
+            half_alpha = cls[switch.link_class].alpha_us / 2
+            for g in switch.gpus:
+                arc(base + g, hub, switch.link_class, alpha=half_alpha)
+                arc(hub, base + g, switch.link_class, alpha=half_alpha)
+            for a in switch.gpus:
+                for b in switch.gpus:
+                    if a != b and not graph.has_edge(base + a, base + b):
+                        connect(base + a, base + b, "switch", ((base + a, hub), (hub, base + b)))
+        for k, nic in enumerate(profile.nics if nodes > 1 else ()):
+            port = f"n{n}.nic{k}"
+            arc(port, NETWORK, nic.link_class)
+            arc(NETWORK, port, nic.link_class, alpha=0.0)
+            nic_bw = cls[nic.link_class].bandwidth_GBps
+            for g, via in nic.attach.items():
+                # A GPU reaches its NIC over `via` (a PCIe class); without one, the hop is free and as fast as the NIC.
+                arc(base + g, port, via, capacity=None if via else nic_bw, alpha=None if via else 0.0)
+                arc(port, base + g, via, capacity=None if via else nic_bw, alpha=0.0)
+
+    if nodes > 1:
+        nic_of = _nic_of(profile)
+        for u in graph.nodes:
+            for v in graph.nodes:
+                nu, nv = u // gpn, v // gpn
+                if nu == nv or (u % gpn) not in nic_of or (v % gpn) not in nic_of:
+                    continue
+                src_port, dst_port = f"n{nu}.nic{nic_of[u % gpn]}", f"n{nv}.nic{nic_of[v % gpn]}"
+                connect(u, v, "net", ((u, src_port), (src_port, NETWORK), (NETWORK, dst_port), (dst_port, v)))
+    return graph
+
+
+def _nic_of(profile: HardwareProfile) -> dict[int, int]:
+    """Each local GPU's NIC: the first that attaches it directly, else the first that reaches it at all."""
+    choice: dict[int, int] = {}
+    for near_only in (True, False):
+        for k, nic in enumerate(profile.nics):
+            for g in nic.attach:
+                if g not in choice and (g not in nic.far or not near_only):
+                    choice[g] = k
+    return choice
+
+
+# --------------------------------------------------------------------------- queries
+
+
+def num_ranks(graph: nx.DiGraph) -> int:
+    return graph.graph["nodes"] * graph.graph["gpus_per_node"]
+
+
+def node_of(graph: nx.DiGraph, rank: int) -> int:
+    return rank // graph.graph["gpus_per_node"]
+
+
+def capacity_graph(graph: nx.DiGraph) -> nx.DiGraph:
+    return graph.graph["capacity"]
+
+
+@dataclass(frozen=True)
+class TopologySummary:
+    name: str
+    nodes: int
+    gpus_per_node: int
+    ranks: int
+    links: int
+    resources: int
+    by_kind: dict[str, int]
+
+
+def summarize(graph: nx.DiGraph) -> TopologySummary:
+    kinds: dict[str, int] = {}
+    for _, _, kind in graph.edges(data="kind"):
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return TopologySummary(graph.graph["name"], graph.graph["nodes"], graph.graph["gpus_per_node"],
+                           num_ranks(graph), graph.number_of_edges(), capacity_graph(graph).number_of_edges(), kinds)
