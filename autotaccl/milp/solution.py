@@ -1,0 +1,39 @@
+"""Solver options and the solver-neutral result."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+SOLVERS = ("auto", "highs", "gurobi")
+STATUSES = ("optimal", "time_limit", "infeasible", "error")
+
+
+@dataclass(frozen=True)
+class SolverOptions:
+    solver: str = "auto"            # auto | highs | gurobi
+    time_limit: float = 600.0       # seconds
+    mip_gap: float = 1e-4           # relative
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        if self.solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {SOLVERS}, not {self.solver!r}")
+        if self.time_limit <= 0 or self.mip_gap < 0 or self.threads < 1:
+            raise ValueError(f"invalid solver options {self}")
+
+
+@dataclass(frozen=True)
+class Solution:
+    status: str                     # optimal | time_limit | infeasible | error
+    objective: float | None
+    values: np.ndarray | None       # one value per model column; None without an incumbent
+    solver: str                     # highs | gurobi
+    seconds: float
+    variables: int
+    constraints: int
+    message: str = ""
+
+    @property
+    def has_values(self) -> bool:
+        return self.values is not None
