@@ -1,0 +1,160 @@
+"""Ceilings on what any algorithm can achieve on a topology (``peers-and-bounds.md`` §2).
+
+All bounds read the topology's capacity graph (GPUs, switches, NICs; arcs with ``capacity`` in GB/s):
+
+* latency: the alpha-weighted diameter, the longest shortest-alpha path between two GPUs over the
+  topology's edges (every output depends on a remote input); for Broadcast, the root's eccentricity.
+* AllGather: exact, by max-flow. ``x*`` = max over cuts of (GPUs inside) / (capacity leaving) and
+  ``algbw = N / x*``. A ratio ``r`` is feasible iff every GPU can receive N units from a source feeding
+  each GPU one unit when arcs carry ``r * capacity`` (ForestColl's test). Rather than bisecting ``r``
+  we jump to the ratio of the violated min cut (Dinkelbach's iteration): every jump is itself a cut
+  ratio, so ``r`` only grows, and it stops, exactly, at ``x*``.
+* ReduceScatter: the same on the reversed capacity graph.
+* AllReduce: RS + AG composed, ``1 / (1/rs + 1/ag)`` (GPU-side reduction, §2.2(c)).
+* AllToAll: the min time ``tau`` of a source-aggregated multicommodity flow that sends ``1/N`` of a
+  rank's buffer to every other GPU with ``sum of flows <= capacity * tau`` on every arc (one LP, HiGHS),
+  ``algbw = 1 / tau``.
+* Broadcast: ``min over v of maxflow(root -> v)``.
+
+``bound_algbw(b, size)`` combines both: ``size / max(latency, size / algbw)``.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import networkx as nx
+import numpy as np
+from scipy.optimize import linprog
+from scipy.sparse import coo_matrix
+
+from .collectives import canonical_name
+from .topology import capacity_graph
+
+log = logging.getLogger(__name__)
+
+_TOL = 1e-9
+_CACHE: dict[tuple, "Bounds"] = {}
+
+
+@dataclass(frozen=True)
+class Bounds:
+    algbw_GBps: float
+    latency_us: float
+
+
+def bounds(graph: nx.DiGraph, collective_name: str) -> Bounds:
+    """Bandwidth and latency ceilings of ``collective_name`` on ``graph`` (cached per graph and collective)."""
+    name = canonical_name(collective_name)
+    key = (graph.graph.get("name"), name, _fingerprint(graph))
+    if key not in _CACHE:
+        _CACHE[key] = _compute(graph, name)
+        log.debug("bounds %s %s: %s", key[0], name, _CACHE[key])
+    return _CACHE[key]
+
+
+def bound_algbw(b: Bounds, size: int) -> float:
+    """The algbw ceiling (GB/s) at nccl-tests size ``size`` bytes."""
+    time_us = max(b.latency_us, size / (b.algbw_GBps * 1e3))
+    return size / time_us / 1e3
+
+
+def _fingerprint(graph: nx.DiGraph) -> int:
+    cap = capacity_graph(graph)
+    arcs = sorted((str(u), str(v), d["capacity"], d["alpha_us"]) for u, v, d in cap.edges(data=True))
+    edges = sorted((u, v, d["alpha_us"]) for u, v, d in graph.edges(data=True))
+    return hash((tuple(arcs), tuple(edges)))
+
+
+def _compute(graph: nx.DiGraph, name: str) -> Bounds:
+    cap = capacity_graph(graph)
+    gpus = sorted(graph.nodes)
+    if name == "broadcast":
+        root = gpus[0]
+        latency = max(nx.single_source_dijkstra_path_length(graph, root, weight="alpha_us")[v] for v in gpus[1:])
+        return Bounds(min(nx.maximum_flow_value(cap, root, v) for v in gpus[1:]), latency)
+    latency = alpha_diameter(graph)
+    if name == "allgather":
+        return Bounds(len(gpus) / gather_ratio(cap, gpus), latency)
+    if name == "reducescatter":
+        return Bounds(len(gpus) / gather_ratio(cap.reverse(copy=True), gpus), latency)
+    if name == "allreduce":
+        ag = len(gpus) / gather_ratio(cap, gpus)
+        rs = len(gpus) / gather_ratio(cap.reverse(copy=True), gpus)
+        return Bounds(1 / (1 / ag + 1 / rs), latency)
+    return Bounds(1 / alltoall_tau(cap, gpus), latency)
+
+
+# --------------------------------------------------------------------------- pieces
+
+
+def alpha_diameter(graph: nx.DiGraph) -> float:
+    """Longest shortest-alpha path between two GPUs over the topology's edges (µs)."""
+    dist = dict(nx.all_pairs_dijkstra_path_length(graph, weight="alpha_us"))
+    gpus = list(graph.nodes)
+    return max(dist[u][v] for u in gpus for v in gpus if u != v)
+
+
+def gather_ratio(cap: nx.DiGraph, gpus: list) -> float:
+    """``x*`` = max over cuts S (some GPU inside, some outside) of |S ∩ GPUs| / capacity leaving S."""
+    n = len(gpus)
+    source = ("__source",)
+    flow = nx.DiGraph()
+    flow.add_edges_from((u, v) for u, v in cap.edges)
+    flow.add_edges_from(((source, g) for g in gpus), capacity=1.0)
+    # start from the single-GPU cuts S = V - {v}: (N-1) / (capacity into v)
+    ratio = max((n - 1) / sum(cap.edges[u, v]["capacity"] for u in cap.predecessors(v)) for v in gpus)
+    for _ in range(100):
+        for u, v, c in cap.edges(data="capacity"):
+            flow.edges[u, v]["capacity"] = ratio * c
+        cut = _violated_cut(flow, source, gpus, n)
+        if cut is None:
+            return ratio
+        inside = sum(1 for g in gpus if g in cut)
+        leaving = sum(c for u, v, c in cap.edges(data="capacity") if u in cut and v not in cut)
+        better = inside / leaving
+        if better <= ratio * (1 + _TOL):
+            return ratio
+        ratio = better
+    raise RuntimeError("cut-ratio iteration did not converge")
+
+
+def _violated_cut(flow: nx.DiGraph, source, gpus: list, n: int) -> set | None:
+    """The source side of a min cut below ``n`` for some GPU, or None if every GPU can receive ``n``."""
+    for v in gpus:
+        value, (side, _) = nx.minimum_cut(flow, source, v)
+        if value < n * (1 - 1e-7):
+            return side
+    return None
+
+
+def alltoall_tau(cap: nx.DiGraph, gpus: list) -> float:
+    """Min time per byte of a rank's buffer (µs·GB/s units: 1/GBps) to route every AllToAll demand."""
+    n = len(gpus)
+    nodes = list(cap.nodes)
+    index = {v: i for i, v in enumerate(nodes)}
+    arcs = list(cap.edges(data="capacity"))
+    m, nv = len(arcs), len(nodes)
+    tau = n * m                              # variable layout: f[s, e] at s*m + e, then tau
+    rows, cols, vals = [], [], []
+    b_eq = np.zeros(n * nv)
+    for s, src in enumerate(gpus):
+        for e, (u, v, _) in enumerate(arcs):
+            rows += [s * nv + index[u], s * nv + index[v]]
+            cols += [s * m + e, s * m + e]
+            vals += [1.0, -1.0]
+        for dst in gpus:
+            b_eq[s * nv + index[dst]] = (n - 1) / n if dst == src else -1 / n
+    a_eq = coo_matrix((vals, (rows, cols)), shape=(n * nv, n * m + 1)).tocsr()
+    rows, cols, vals = [], [], []
+    for e, (_, _, c) in enumerate(arcs):
+        rows += [e] * (n + 1)
+        cols += [s * m + e for s in range(n)] + [tau]
+        vals += [1.0] * n + [-c]
+    a_ub = coo_matrix((vals, (rows, cols)), shape=(m, n * m + 1)).tocsr()
+    cost = np.zeros(n * m + 1)
+    cost[tau] = 1.0
+    res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(m), A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs")
+    if res.status != 0:
+        raise RuntimeError(f"AllToAll flow LP failed: {res.message}")
+    return float(res.x[tau])

@@ -1,0 +1,107 @@
+"""Bounds against the worked table of peers-and-bounds.md §2.5 and against cuts computed by hand."""
+from __future__ import annotations
+
+import pytest
+
+from autotaccl.algorithm import Algorithm, Transfer
+from autotaccl.bounds import Bounds, bound_algbw, bounds
+from autotaccl.collectives import Collective
+from autotaccl.hardware import load_hardware, profile_from_dict
+from autotaccl.simulate import simulate
+from autotaccl.topology import build_topology
+
+# (profile, nodes) -> §2.5 algbw ceilings in GB/s: AG (= RS), AR (RS+AG), A2A
+TABLE = {
+    ("ndv2", 2): (25.0, 12.5, 3.125),
+    ("ndv2", 1): (171.4, 85.7, 75.0),
+    ("dgx2", 2): (171.4, 85.7, 12.5),
+    ("dgx2", 1): (160.0, 80.0, 160.0),
+    ("dgx-a100", 1): (342.9, 171.4, 342.9),
+    ("dgx-a100", 2): (346.7, 173.3, 50.0),
+    ("dgx-h100", 1): (514.3, 257.1, 514.3),
+    ("dgx-h100", 2): (533.3, 266.7, 100.0),
+}
+
+
+def topo(profile: str, nodes: int):
+    return build_topology(load_hardware(profile), nodes)
+
+
+@pytest.mark.parametrize("profile,nodes", sorted(TABLE))
+def test_bandwidth_ceilings_match_the_worked_table(profile, nodes):
+    graph = topo(profile, nodes)
+    ag, ar, a2a = TABLE[profile, nodes]
+    assert bounds(graph, "allgather").algbw_GBps == pytest.approx(ag, rel=0.01)
+    assert bounds(graph, "reducescatter").algbw_GBps == pytest.approx(ag, rel=0.01)
+    assert bounds(graph, "allreduce").algbw_GBps == pytest.approx(ar, rel=0.01)
+    assert bounds(graph, "alltoall").algbw_GBps == pytest.approx(a2a, rel=0.01)
+
+
+def test_exact_values_of_the_closed_forms():
+    # 1-node NDv2: GPU ingress 6 x 25 = 150 -> 8 * 150 / 7; 2-node NDv2: NIC cut -> 2 * 12.5
+    assert bounds(topo("ndv2", 1), "ag").algbw_GBps == pytest.approx(8 * 150 / 7, rel=1e-6)
+    assert bounds(topo("ndv2", 2), "ag").algbw_GBps == pytest.approx(25.0, rel=1e-6)
+    # 2-node DGX-A100: GPU ingress 300 NVSwitch + 25 NIC -> 16 * 325 / 15; A2A: n(N-n)/(N * 8 * 25)
+    assert bounds(topo("dgx-a100", 2), "ag").algbw_GBps == pytest.approx(16 * 325 / 15, rel=1e-6)
+    assert bounds(topo("dgx-a100", 2), "a2a").algbw_GBps == pytest.approx(16 * 200 / 64, rel=1e-6)
+
+
+@pytest.mark.parametrize("profile,latency", [("ndv2", 1.4), ("dgx2", 0.7), ("dgx-a100", 0.7), ("dgx-h100", 0.7)])
+def test_single_node_latency_matches_the_worked_table(profile, latency):
+    assert bounds(topo(profile, 1), "allgather").latency_us == pytest.approx(latency, rel=0.01)
+
+
+@pytest.mark.parametrize("profile,latency", [("ndv2", 1.4 + 0.5 + 2.6), ("dgx2", 0.5 + 2.6), ("dgx-a100", 0.25 + 2.6)])
+def test_two_node_latency_is_the_send_side_path(profile, latency):
+    # §2.5 also charges the receiving NIC -> GPU PCIe hop (6.4 / 3.6 / 3.1 us); topology.py gives that hop
+    # alpha 0, so a net edge costs the sender's PCIe hop plus the IB alpha. On NDv2 the farthest sender
+    # first relays two NVLink hops (or, equally, crosses host PCIe at 1.9 us).
+    assert bounds(topo(profile, 2), "alltoall").latency_us == pytest.approx(latency, rel=1e-6)
+
+
+def ring4():
+    return build_topology(profile_from_dict({
+        "name": "ring4", "gpus_per_node": 4,
+        "link_classes": {"nvlink": {"alpha_us": 0.7, "bandwidth_GBps": 25.0}},
+        "links": {"class": "nvlink", "pattern": "ring"}}, "<test ring4>"))
+
+
+def test_ring_by_hand():
+    graph = ring4()
+    # AG: the worst cut is one GPU (3 chunks in over 2 x 25 GB/s) -> x* = 3/50, algbw = 4 / x*
+    assert bounds(graph, "allgather").algbw_GBps == pytest.approx(4 * 50 / 3)
+    assert bounds(graph, "allreduce").algbw_GBps == pytest.approx(4 * 50 / 3 / 2)
+    # A2A: every GPU sends 1/4 to 2 neighbours (1 hop) and 1/4 to the opposite GPU (2 hops): 4 x 1 units of
+    # link use over 8 x 25 GB/s of links -> tau = 1/50
+    assert bounds(graph, "alltoall").algbw_GBps == pytest.approx(50.0)
+    # Broadcast from 0: two disjoint paths of 25 reach every GPU
+    assert bounds(graph, "broadcast").algbw_GBps == pytest.approx(50.0)
+    # latency: the opposite GPU is two NVLink hops away
+    assert bounds(graph, "allgather").latency_us == pytest.approx(1.4)
+
+
+def test_simulated_ring_stays_below_the_bound():
+    graph = ring4()
+    ring = Algorithm("ring", Collective("allgather", 4),
+                     tuple(Transfer(((r - s) % 4,), r, (r + 1) % 4, s) for s in range(3) for r in range(4)))
+    b = bounds(graph, "allgather")
+    for size in (1024, 1 << 20, 1 << 30):
+        assert simulate(ring, graph, size).algbw_GBps <= bound_algbw(b, size) * (1 + 1e-9)
+
+
+def test_bound_algbw_switches_from_latency_to_bandwidth():
+    b = Bounds(algbw_GBps=100.0, latency_us=2.0)
+    assert bound_algbw(b, 1000) == pytest.approx(1000 / 2.0 / 1e3)        # 1 KB: latency-bound
+    assert bound_algbw(b, 1 << 30) == pytest.approx(100.0)                 # 1 GiB: bandwidth-bound
+    assert bound_algbw(b, 200_000) == pytest.approx(100.0)                 # the crossover M* = L * algbw
+
+
+def test_cached_per_graph_and_collective_but_not_across_rates():
+    a, b = bounds(topo("ndv2", 2), "allgather"), bounds(topo("ndv2", 2), "ag")
+    assert a is b
+    slow = profile_from_dict({
+        "name": "ring4", "gpus_per_node": 4,
+        "link_classes": {"nvlink": {"alpha_us": 0.7, "bandwidth_GBps": 10.0}},
+        "links": {"class": "nvlink", "pattern": "ring"}}, "<slow ring4>")
+    assert bounds(build_topology(slow), "ag").algbw_GBps == pytest.approx(4 * 20 / 3)
+    assert bounds(ring4(), "ag").algbw_GBps == pytest.approx(4 * 50 / 3)
