@@ -1,0 +1,422 @@
+"""Communication sketches: TACCL's sketch files, read unchanged, and the logical topology they leave.
+
+A sketch (``taccl.md`` §2) narrows what synthesis may do on a physical topology: which intra-node
+links (all, or only those inside declared switches), which inter-node sender→receiver pairs, which
+GPU may carry whose chunks off its node, a symmetry hint and a chunk-up factor.
+
+Files are TACCL's JSON, byte for byte, or the same content as YAML. autotaccl's own knobs live in an
+optional top-level ``autotaccl:`` section that TACCL would not read::
+
+    autotaccl:
+      engine: greedy          # milp | greedy (the CLI's --engine wins when given)
+      ordering: auto          # stage-2 heuristic: auto | backward | longest-first | own-node-first |
+                              #   own-node-earliest | earliest-first (or TACCL's numbers 5, 10, 13, 14, 15)
+      contiguity: true        # stage 3 may batch consecutive chunks on a network link into one send
+      batch_window: 6         # at most this many consecutive chunks in one batch (TACCL's max_contig)
+
+``hyperparameters.heuristic`` is accepted and ignored, as TACCL does.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import networkx as nx
+import yaml
+
+from .collectives import Collective, make_collective
+from .errors import InfeasibleError, InputError
+from .synth.logical import LogicalTopology
+
+INTRANODE_STRATEGIES = ("none", "switch", "minmax", "maxmin")
+SWITCH_OBJECTIVES = ("uc-min", "uc-max")
+CONN_KEYWORDS = ("direct-map", "fully-connected")
+ENGINES = ("milp", "greedy")
+ORDERINGS = ("auto", "backward", "longest-first", "own-node-first", "own-node-earliest", "earliest-first")
+TACCL_HEURISTICS = {5: "backward", 10: "longest-first", 13: "own-node-first", 14: "own-node-earliest",
+                    15: "earliest-first"}
+
+Pairs = tuple[tuple[int, tuple[int, ...]], ...]   # ((local GPU, (local GPUs...)), ...) sorted
+
+
+@dataclass(frozen=True)
+class Sketch:
+    """A validated sketch; GPU indices are local to a node (0..G-1).
+
+    With a sender map, a chunk leaves its node only through the senders that list its owner; an
+    owner no sender lists is not restricted (TACCL crashes on such maps).
+    """
+
+    nnodes: int
+    intranode_strategy: str = "none"
+    switches: tuple[tuple[int, ...], ...] = ()
+    switch_hyperedge_strategy: tuple[str, ...] = ()
+    internode_strategy: str | None = None          # "relay" (required when nnodes > 1)
+    internode_conn: str | Pairs | None = None      # "direct-map", "fully-connected" or sender -> receivers
+    sender_map: Pairs | None = None                # gpus_to_sender_rev_map: sender -> GPUs whose chunks it carries out
+    enforce_ordering: bool = False
+    symmetry_offsets: tuple[tuple[int, int], ...] = ()
+    input_chunkup: int = 1
+    engine: str | None = None
+    ordering: str = "auto"
+    contiguity: bool = True
+    batch_window: int = 6
+    source: str = field(default="<sketch>", compare=False)
+
+    @property
+    def switch_objective(self) -> str:
+        """TACCL reads only the first switch's unique-connection strategy."""
+        return self.switch_hyperedge_strategy[0] if self.switch_hyperedge_strategy else "uc-min"
+
+    def connections(self, gpus_per_node: int) -> dict[int, tuple[int, ...]]:
+        """Local sender -> local receivers on every other node ({} for a single-node sketch)."""
+        conn = self.internode_conn
+        if conn is None:
+            return {}
+        if conn == "direct-map":
+            return {g: (g,) for g in range(gpus_per_node)}
+        if conn == "fully-connected":
+            return {g: tuple(range(gpus_per_node)) for g in range(gpus_per_node)}
+        return dict(conn)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def load_sketch(path: str | Path) -> Sketch:
+    """A sketch from TACCL's JSON (unchanged) or the same content as YAML."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(str(path), "file", "an existing sketch file (TACCL JSON or YAML)")
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise InputError(str(path), "file", "a UTF-8 text file") from None
+    if path.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise InputError(str(path), f"line {err.lineno}", f"valid JSON ({err.msg})") from None
+    else:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            raise InputError(str(path), f"line {mark.line + 1}" if mark else "document", "valid YAML") from None
+    return sketch_from_dict(data, str(path))
+
+
+_TOP = ("nnodes", "intranode_sketch", "internode_sketch", "symmetry_offsets", "hyperparameters", "autotaccl")
+
+
+def sketch_from_dict(data: Any, source: str = "<sketch>") -> Sketch:
+    """Validate a parsed sketch document; every error names the offending field."""
+    def fail(where: str, expected: str) -> InputError:
+        return InputError(source, where, expected)
+
+    def mapping(value: Any, where: str, allowed: tuple[str, ...]) -> dict:
+        if not isinstance(value, dict):
+            raise fail(where, "a mapping")
+        unknown = sorted(str(k) for k in value if k not in allowed)
+        if unknown:
+            raise fail(f"{where}.{unknown[0]}" if where != "document" else unknown[0],
+                       f"one of the known fields: {', '.join(allowed)}")
+        return value
+
+    def integer(value: Any, where: str, low: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise fail(where, f"a whole number >= {low}")
+        return value
+
+    def gpu(value: Any, where: str) -> int:
+        if isinstance(value, str) and value.strip().isdigit():   # JSON object keys are strings
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise fail(where, "a local GPU index (a whole number >= 0)")
+        return value
+
+    def gpu_list(value: Any, where: str) -> tuple[int, ...]:
+        if not isinstance(value, list) or not value:
+            raise fail(where, "a non-empty list of local GPU indices")
+        items = [gpu(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        if len(set(items)) != len(items):
+            raise fail(where, "each GPU once")
+        return tuple(sorted(items))
+
+    def pairs(value: Any, where: str) -> Pairs:
+        if not isinstance(value, dict) or not value:
+            raise fail(where, "a non-empty mapping of local GPU -> list of local GPUs")
+        out: dict[int, tuple[int, ...]] = {}
+        for key, targets in value.items():
+            g = gpu(key, f"{where}.{key}")
+            if g in out:
+                raise fail(f"{where}.{key}", "each GPU once")
+            out[g] = gpu_list(targets, f"{where}.{key}")
+        return tuple(sorted(out.items()))
+
+    data = mapping(data, "document", _TOP)
+    if "nnodes" not in data:
+        raise fail("nnodes", "a whole number >= 1 (required field)")
+    nnodes = integer(data["nnodes"], "nnodes", 1)
+
+    intra = mapping(data.get("intranode_sketch", {"strategy": "none"}), "intranode_sketch",
+                    ("strategy", "switches", "switch_hyperedge_strategy"))
+    strategy = intra.get("strategy", "none")
+    if strategy not in INTRANODE_STRATEGIES:
+        raise fail("intranode_sketch.strategy", f"one of: {', '.join(INTRANODE_STRATEGIES)}")
+    switches: tuple[tuple[int, ...], ...] = ()
+    objectives: tuple[str, ...] = ()
+    if intra.get("switches") is not None:
+        raw = intra["switches"]
+        if not isinstance(raw, list):
+            raise fail("intranode_sketch.switches", "a list of lists of local GPU indices")
+        switches = tuple(gpu_list(s, f"intranode_sketch.switches[{i}]") for i, s in enumerate(raw))
+        for i, members in enumerate(switches):
+            if len(members) < 2:
+                raise fail(f"intranode_sketch.switches[{i}]", "at least two GPUs")
+    if strategy == "switch" and not switches:
+        raise fail("intranode_sketch.switches", "a non-empty list of switches (strategy is switch)")
+    if intra.get("switch_hyperedge_strategy") is not None:
+        raw = intra["switch_hyperedge_strategy"]
+        if not isinstance(raw, list) or len(raw) != len(switches):
+            raise fail("intranode_sketch.switch_hyperedge_strategy", f"a list of {len(switches)} entries, one per switch")
+        for i, value in enumerate(raw):
+            if value not in SWITCH_OBJECTIVES:
+                raise fail(f"intranode_sketch.switch_hyperedge_strategy[{i}]", f"one of: {', '.join(SWITCH_OBJECTIVES)}")
+        objectives = tuple(raw)
+    elif switches:
+        objectives = ("uc-min",) * len(switches)
+
+    inter_strategy, conn, sender_map, enforce = None, None, None, False
+    if data.get("internode_sketch") is not None or nnodes > 1:
+        if data.get("internode_sketch") is None:
+            raise fail("internode_sketch", "a mapping with strategy and internode_conn (required when nnodes > 1)")
+        inter = mapping(data["internode_sketch"], "internode_sketch",
+                        ("strategy", "internode_conn", "gpus_to_sender_rev_map", "enforce_ordering"))
+        inter_strategy = inter.get("strategy")
+        if inter_strategy != "relay":
+            raise fail("internode_sketch.strategy", '"relay" (the only inter-node strategy)')
+        if "internode_conn" not in inter:
+            raise fail("internode_sketch.internode_conn", "a value (required field)")
+        conn = inter["internode_conn"]
+        if isinstance(conn, str):
+            if conn not in CONN_KEYWORDS:
+                raise fail("internode_sketch.internode_conn", f"{' or '.join(CONN_KEYWORDS)} or a mapping sender -> receivers")
+        else:
+            conn = pairs(conn, "internode_sketch.internode_conn")
+        if inter.get("gpus_to_sender_rev_map") is not None:
+            sender_map = pairs(inter["gpus_to_sender_rev_map"], "internode_sketch.gpus_to_sender_rev_map")
+            if not isinstance(conn, str):
+                senders = {s for s, _ in conn}
+                for s, _ in sender_map:
+                    if s not in senders:
+                        raise fail(f"internode_sketch.gpus_to_sender_rev_map.{s}",
+                                   f"a sender listed in internode_conn ({', '.join(map(str, sorted(senders)))})")
+        enforce = inter.get("enforce_ordering", False)
+        if not isinstance(enforce, bool):
+            raise fail("internode_sketch.enforce_ordering", "true or false")
+
+    raw = data.get("symmetry_offsets", [])
+    if not isinstance(raw, list):
+        raise fail("symmetry_offsets", "a list of [offset, size] pairs")
+    symmetry = []
+    for i, item in enumerate(raw):
+        where = f"symmetry_offsets[{i}]"
+        if not isinstance(item, list) or len(item) != 2:
+            raise fail(where, "an [offset, size] pair")
+        size = integer(item[1], f"{where}[1]", 1)
+        offset = integer(item[0], f"{where}[0]", 0)
+        if offset >= size:
+            raise fail(f"{where}[0]", f"an offset in 0..{size - 1} (below the size)")
+        symmetry.append((offset, size))
+
+    hyper = mapping(data.get("hyperparameters", {}), "hyperparameters", ("input_chunkup", "heuristic"))
+    chunkup = integer(hyper.get("input_chunkup", 1), "hyperparameters.input_chunkup", 1)
+
+    own = mapping(data.get("autotaccl", {}), "autotaccl", ("engine", "ordering", "contiguity", "batch_window"))
+    engine = own.get("engine")
+    if engine is not None and engine not in ENGINES:
+        raise fail("autotaccl.engine", f"one of: {', '.join(ENGINES)}")
+    ordering = own.get("ordering", "auto")
+    if isinstance(ordering, int) and not isinstance(ordering, bool) and ordering in TACCL_HEURISTICS:
+        ordering = TACCL_HEURISTICS[ordering]
+    if ordering not in ORDERINGS:
+        raise fail("autotaccl.ordering", f"one of: {', '.join(ORDERINGS)} (or TACCL's 5, 10, 13, 14, 15)")
+    contiguity = own.get("contiguity", True)
+    if not isinstance(contiguity, bool):
+        raise fail("autotaccl.contiguity", "true or false")
+    window = integer(own.get("batch_window", 6), "autotaccl.batch_window", 1)
+
+    return Sketch(nnodes=nnodes, intranode_strategy=strategy, switches=switches, switch_hyperedge_strategy=objectives,
+                  internode_strategy=inter_strategy, internode_conn=conn, sender_map=sender_map,
+                  enforce_ordering=enforce, symmetry_offsets=tuple(symmetry), input_chunkup=chunkup,
+                  engine=engine, ordering=ordering, contiguity=contiguity, batch_window=window, source=source)
+
+
+# --------------------------------------------------------------------------- writing, identity
+
+
+def sketch_to_dict(sketch: Sketch) -> dict:
+    """The TACCL document (plus the ``autotaccl`` section); ``sketch_from_dict`` reads it back equal."""
+    intra: dict[str, Any] = {"strategy": sketch.intranode_strategy}
+    if sketch.switches:
+        intra["switches"] = [list(s) for s in sketch.switches]
+        intra["switch_hyperedge_strategy"] = list(sketch.switch_hyperedge_strategy)
+    out: dict[str, Any] = {"nnodes": sketch.nnodes, "intranode_sketch": intra}
+    if sketch.internode_strategy is not None:
+        conn = sketch.internode_conn
+        inter: dict[str, Any] = {
+            "strategy": sketch.internode_strategy,
+            "internode_conn": conn if isinstance(conn, str) else {str(s): list(r) for s, r in conn},
+            "enforce_ordering": sketch.enforce_ordering}
+        if sketch.sender_map is not None:
+            inter["gpus_to_sender_rev_map"] = {str(s): list(g) for s, g in sketch.sender_map}
+        out["internode_sketch"] = inter
+    out["symmetry_offsets"] = [list(p) for p in sketch.symmetry_offsets]
+    out["hyperparameters"] = {"input_chunkup": sketch.input_chunkup}
+    own: dict[str, Any] = {"ordering": sketch.ordering, "contiguity": sketch.contiguity,
+                           "batch_window": sketch.batch_window}
+    if sketch.engine is not None:
+        own["engine"] = sketch.engine
+    out["autotaccl"] = own
+    return out
+
+
+def sketch_key(sketch: Sketch) -> str:
+    """A short hash of the canonical form: equal sketches, however written, share it."""
+    text = json.dumps(sketch_to_dict(sketch), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------- defaults
+
+
+def default_sketch(graph: nx.DiGraph, collective: str | Collective | None = None) -> Sketch:
+    """A TACCL-style sketch known to work on the graph's hardware family.
+
+    Switch hardware declares its switches (uc-min); multi-node sketches relay through the GPUs
+    nearest each NIC: with one GPU per NIC every GPU talks to its peer (direct-map); when GPUs
+    share a NIC (DGX-2, NDv2), the NIC's first near GPU sends to the last one of every other node
+    and carries its NIC-mates' chunks out, its own first (TACCL's sk1-dgx2/sk1-ndv2 pattern).
+    """
+    profile = graph.graph["profile"]
+    gpn, nodes = graph.graph["gpus_per_node"], graph.graph["nodes"]
+    switches = tuple(tuple(sorted(s.gpus)) for s in profile.switches)
+    strategy = "switch" if switches else "none"
+    objectives = ("uc-min",) * len(switches)
+    symmetry: list[tuple[int, int]] = []
+    conn: str | Pairs | None = None
+    sender_map: Pairs | None = None
+    enforce = False
+    if nodes > 1:
+        near_sets = [tuple(sorted(g for g in nic.attach if g not in nic.far)) or tuple(sorted(nic.attach))
+                     for nic in profile.nics]
+        if all(len(s) == 1 for s in near_sets) and sorted(g for s in near_sets for g in s) == list(range(gpn)):
+            conn = "direct-map"
+        else:
+            conn = tuple(sorted((s[0], (s[-1],)) for s in near_sets))
+            if len(near_sets) > 1:   # with one sender per node, a sender map would restrict nothing
+                sender_map = tuple(sorted((s[0], s) for s in near_sets))
+                covered = {g for s in near_sets for g in s}
+                if covered != set(range(gpn)):    # far GPUs hand their chunks to the first sender
+                    first = sender_map[0]
+                    sender_map = ((first[0], tuple(sorted(set(first[1]) | (set(range(gpn)) - covered)))),) + sender_map[1:]
+                enforce = any(len(g) > 1 for _, g in sender_map)
+        symmetry.append((gpn, gpn * nodes))
+    if switches and len(switches) == 1 and len(switches[0]) == gpn and nodes > 1 and profile.nics:
+        per_nic = gpn // len(profile.nics)
+        if per_nic * len(profile.nics) == gpn and per_nic < gpn:
+            symmetry.insert(0, (per_nic, gpn))
+    return Sketch(nnodes=nodes, intranode_strategy=strategy, switches=switches, switch_hyperedge_strategy=objectives,
+                  internode_strategy="relay" if nodes > 1 else None, internode_conn=conn, sender_map=sender_map,
+                  enforce_ordering=enforce, symmetry_offsets=tuple(symmetry), input_chunkup=1,
+                  source=f"<default sketch for {graph.graph.get('name', 'topology')}>")
+
+
+# --------------------------------------------------------------------------- logical topology
+
+
+def logical_topology(graph: nx.DiGraph, collective: str | Collective, sketch: Sketch, size: float) -> LogicalTopology:
+    """The links, senders and symmetry the sketch allows on ``graph``, for ``size``-byte buffers.
+
+    ``collective`` is a name or a :class:`Collective`; the sketch's ``input_chunkup`` is applied.
+    Raises InputError for sketch fields the topology cannot satisfy (node count, GPU indices) and
+    InfeasibleError when the sketch names an inter-node pair the hardware cannot connect.
+    """
+    src = sketch.source
+    gpn, nodes = graph.graph["gpus_per_node"], graph.graph["nodes"]
+    ranks = gpn * nodes
+    if sketch.nnodes != nodes:
+        raise InputError(src, "nnodes", f"{nodes} (the topology {graph.graph.get('name', '')} has {nodes} node(s))")
+    local = f"a local GPU index in 0..{gpn - 1}"
+
+    def check(g: int, where: str) -> int:
+        if not 0 <= g < gpn:
+            raise InputError(src, where, local)
+        return g
+
+    for i, members in enumerate(sketch.switches):
+        for j, g in enumerate(members):
+            check(g, f"intranode_sketch.switches[{i}][{j}]")
+    conn = sketch.connections(gpn)
+    if isinstance(sketch.internode_conn, tuple):
+        for s, receivers in sketch.internode_conn:
+            check(s, f"internode_sketch.internode_conn.{s}")
+            for j, r in enumerate(receivers):
+                check(r, f"internode_sketch.internode_conn.{s}[{j}]")
+    for s, gpus in sketch.sender_map or ():
+        check(s, f"internode_sketch.gpus_to_sender_rev_map.{s}")
+        for j, g in enumerate(gpus):
+            check(g, f"internode_sketch.gpus_to_sender_rev_map.{s}[{j}]")
+    for i, (offset, size_) in enumerate(sketch.symmetry_offsets):
+        if size_ > ranks or ranks % size_:
+            raise InputError(src, f"symmetry_offsets[{i}][1]", f"a divisor of the rank count {ranks}")
+
+    if isinstance(collective, str):
+        coll = make_collective(collective, ranks, sketch.input_chunkup)
+    else:
+        if collective.ranks != ranks:
+            raise InputError(src, "collective", f"a collective on {ranks} ranks (it has {collective.ranks})")
+        coll = collective.with_chunkup(sketch.input_chunkup)
+
+    edges: set[tuple[int, int]] = set()
+    groups = [set(m) for m in sketch.switches] if sketch.intranode_strategy == "switch" else None
+    for u, v in graph.edges:
+        if u // gpn != v // gpn:
+            continue
+        if groups is None or any(u % gpn in g and v % gpn in g for g in groups):
+            edges.add((u, v))
+    for a in range(nodes):
+        for b in range(nodes):
+            if a == b:
+                continue
+            for s, receivers in conn.items():
+                for r in receivers:
+                    u, v = a * gpn + s, b * gpn + r
+                    if not graph.has_edge(u, v):
+                        raise InfeasibleError(
+                            f"{src}: internode_conn {s}->{r}: the topology has no link from rank {u} (node {a}) "
+                            f"to rank {v} (node {b})")
+                    edges.add((u, v))
+
+    senders: dict[int, frozenset[int]] = {}
+    if sketch.sender_map is not None and nodes > 1:
+        carriers: dict[int, set[int]] = {}
+        for s, gpus in sketch.sender_map:
+            for g in gpus:
+                carriers.setdefault(g, set()).add(s)
+        for c in range(coll.num_chunks):
+            pre = coll.precondition(c)
+            if len(pre) != 1:
+                continue   # reductions: every rank contributes; routes come from the reversed AllGather
+            (owner,) = pre
+            if owner % gpn in carriers:
+                base = owner - owner % gpn
+                senders[c] = frozenset(base + s for s in carriers[owner % gpn])
+    return LogicalTopology(graph=graph, collective=coll, edges=frozenset(edges), chunk_bytes=coll.chunk_bytes(size),
+                           senders=senders, symmetry=sketch.symmetry_offsets, enforce_ordering=sketch.enforce_ordering,
+                           intranode_strategy=sketch.intranode_strategy, switch_objective=sketch.switch_objective)
+
