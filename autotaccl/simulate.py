@@ -161,14 +161,16 @@ def _schedule(plan: _Plan, duration: list[float], k: int) -> float:
         # start what can start now, best priority first
         while candidates:
             job = heapq.heappop(candidates)
-            held = resources[job % n]
-            blocker = next((x for x in held if busy[x]), None)
-            if blocker is None:
+            i = job % n
+            held = resources[i]
+            for x in held:
+                if busy[x]:
+                    heapq.heappush(parked[x], job)
+                    break
+            else:
                 for x in held:
                     busy[x] = True
-                heapq.heappush(running, (now + duration[job % n], job))
-            else:
-                heapq.heappush(parked[blocker], job)
+                heapq.heappush(running, (now + duration[i], job))
             fed = source.pop(job, None)
             if fed is not None and not busy[fed] and parked[fed]:
                 nxt = heapq.heappop(parked[fed])

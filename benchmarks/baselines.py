@@ -1,0 +1,60 @@
+"""Every baseline's simulated algbw beside the theoretical ceiling, and how long simulation took.
+
+    .venv/bin/python benchmarks/baselines.py [--topologies ndv2x2,dgx2x2,dgx-a100x1] [--sizes 1K,1M,1G]
+
+For each topology, collective, applicable baseline and size it prints the simulated algbw, the bound
+(``bound_algbw``) and their ratio (<= 1 by construction; 1 means the baseline meets the ceiling), plus
+the wall time of ``simulate`` so slow cases stand out.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+from autotaccl.baselines import applicable_baselines, baseline
+from autotaccl.bounds import bound_algbw, bounds
+from autotaccl.collectives import NAMES
+from autotaccl.hardware import load_hardware
+from autotaccl.simulate import simulate
+from autotaccl.sizes import format_size, parse_size
+from autotaccl.topology import build_topology
+
+
+def topology(spec: str):
+    profile, _, nodes = spec.rpartition("x")
+    return build_topology(load_hardware(profile), int(nodes))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--topologies", default="ndv2x2,dgx2x2,dgx-a100x1")
+    parser.add_argument("--sizes", default="1K,1M,1G")
+    args = parser.parse_args()
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    print(f"{'topology':<11} {'collective':<13} {'baseline':<12} {'size':>6} {'transfers':>9} {'sim GB/s':>10} "
+          f"{'bound GB/s':>10} {'ratio':>6} {'sim s':>6}")
+    slowest = (0.0, "")
+    for spec in args.topologies.split(","):
+        graph = topology(spec)
+        for name in NAMES:
+            t0 = time.perf_counter()
+            b = bounds(graph, name)
+            bound_seconds = time.perf_counter() - t0
+            print(f"{spec:<11} {name:<13} {'(bound)':<12} {'':>6} {'':>9} {'':>10} {b.algbw_GBps:>10.2f} "
+                  f"{'':>6} {bound_seconds:>6.2f}   latency {b.latency_us:.2f} us")
+            for algo_name in applicable_baselines(graph, name):
+                algo = baseline(graph, name, algo_name)
+                for size in sizes:
+                    t0 = time.perf_counter()
+                    result = simulate(algo, graph, size)
+                    seconds = time.perf_counter() - t0
+                    slowest = max(slowest, (seconds, f"{spec} {name} {algo_name} {format_size(size)}"))
+                    ceiling = bound_algbw(b, size)
+                    print(f"{spec:<11} {name:<13} {algo_name:<12} {format_size(size):>6} {len(algo.transfers):>9} "
+                          f"{result.algbw_GBps:>10.2f} {ceiling:>10.2f} {result.algbw_GBps / ceiling:>6.3f} "
+                          f"{seconds:>6.3f}")
+    print(f"slowest simulation: {slowest[0]:.3f} s ({slowest[1]})")
+
+
+if __name__ == "__main__":
+    main()
