@@ -70,9 +70,10 @@ def build_topology(profile: HardwareProfile, nodes: int = 1) -> nx.DiGraph:
             arc(NETWORK, port, nic.link_class, alpha=0.0)
             nic_bw = cls[nic.link_class].bandwidth_GBps
             for g, via in nic.attach.items():
-                # A GPU reaches its NIC over `via` (a PCIe class); without one, the hop is free and as fast as the NIC.
+                # A GPU reaches its NIC over `via` (a PCIe class) both ways, paying its alpha on each side;
+                # without one, the hop is free and as fast as the NIC.
                 arc(base + g, port, via, capacity=None if via else nic_bw, alpha=None if via else 0.0)
-                arc(port, base + g, via, capacity=None if via else nic_bw, alpha=0.0)
+                arc(port, base + g, via, capacity=None if via else nic_bw, alpha=None if via else 0.0)
 
     if nodes > 1:
         nic_of = _nic_of(profile)
