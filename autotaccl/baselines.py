@@ -1,0 +1,512 @@
+"""Hand-written baseline algorithms in the IR, built on the topology graph's existing links.
+
+The baselines are what a synthesized algorithm must beat (NCCL's and MSCCL's classic schedules):
+
+* ``ring``: NCCL's ring. The ring follows a Hamiltonian cycle of each node's own links (the fastest
+  one we find: NDv2's double NVLinks, any order on a switch), leaving a node where a NIC edge exists.
+  AllGather, ReduceScatter, AllReduce (= ReduceScatter then AllGather on the same ring), Broadcast
+  (a pipelined chain). ``channels`` > 1 runs that many rings at once, every other one reversed.
+* ``tree``: NCCL's double binary tree for AllReduce: inside a node a chain along the ring path, across
+  nodes two complementary binary trees (a node that is a leaf in one is inner in the other). Each
+  tree reduces half the buffer up and broadcasts it back down, pipelined slot by slot. Broadcast uses
+  the first tree re-rooted at the root.
+* ``hierarchical`` (2+ nodes): ring inside every node, ring across nodes among GPUs of equal local
+  index, then ring inside every node again (AllGather: across, then inside; ReduceScatter: inside,
+  then across; AllReduce: reduce-scatter inside, all-reduce across, all-gather inside).
+* ``direct``: every rank sends straight to every other (AllToAll, AllGather, Broadcast); where no
+  edge exists the chunk is relayed along a shortest path, which only non-reducing collectives allow.
+* ``two-step`` (AllToAll, 2+ nodes): node-aware AllToAll. Every chunk for GPU ``j`` of another node is
+  first gathered on the local GPU ``j``, which sends all of them to its peer in one transfer.
+
+Every transfer uses an edge of the graph; logical steps follow the textbook schedules (ring step
+``s`` is step ``s``).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Iterable, Sequence
+
+import networkx as nx
+
+from .algorithm import Algorithm, Transfer, renumber_steps
+from .collectives import Collective, canonical_name
+from .errors import InputError
+from .topology import num_ranks
+
+log = logging.getLogger(__name__)
+
+ALGORITHMS = ("ring", "tree", "hierarchical", "direct", "two-step")
+_FOR = {"ring": ("allgather", "reducescatter", "allreduce", "broadcast"),
+        "tree": ("allreduce", "broadcast"),
+        "hierarchical": ("allgather", "reducescatter", "allreduce"),
+        "direct": ("alltoall", "allgather", "broadcast"),
+        "two-step": ("alltoall",)}
+
+
+class _NotApplicable(Exception):
+    """The baseline cannot be built on this graph; the message says why."""
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def baseline(graph: nx.DiGraph, collective_name: str, algorithm_name: str, channels: int = 1) -> Algorithm:
+    """The baseline ``algorithm_name`` for ``collective_name`` on ``graph``.
+
+    Raises InputError naming ``--algorithm`` if the baseline does not exist or does not apply
+    (wrong collective, one node for a multi-node scheme, or links that cannot carry it).
+    """
+    name = canonical_name(collective_name)
+    algo = str(algorithm_name).strip().lower()
+    if algo not in ALGORITHMS:
+        raise InputError("--algorithm", repr(algorithm_name), f"one of: {', '.join(ALGORITHMS)}")
+    if name not in _FOR[algo]:
+        raise InputError("--algorithm", algo, f"an algorithm for {name}: {', '.join(_names_for(name))}")
+    if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
+        raise InputError("--channels", str(channels), "a whole number >= 1")
+    try:
+        return _BUILDERS[algo](graph, name, channels)
+    except _NotApplicable as why:
+        raise InputError("--algorithm", algo, f"an algorithm that fits {graph.graph.get('name')} ({why})") from None
+
+
+def applicable_baselines(graph: nx.DiGraph, collective_name: str) -> list[str]:
+    """Names of the baselines that can be built for ``collective_name`` on ``graph``."""
+    name = canonical_name(collective_name)
+    out = []
+    for algo in _names_for(name):
+        try:
+            _BUILDERS[algo](graph, name, 1)
+        except _NotApplicable as why:
+            log.info("baseline %s does not apply to %s on %s: %s", algo, name, graph.graph.get("name"), why)
+        else:
+            out.append(algo)
+    return out
+
+
+def best_baseline(graph: nx.DiGraph, collective_name: str, size: int):
+    """``(name, algorithm, SimResult)`` of the applicable baseline the simulator finds fastest at ``size``.
+
+    Rings are tried with 1, 2 and one-per-GPU-of-a-node channels, as NCCL runs several rings at once.
+    """
+    from .simulate import simulate
+
+    best = None
+    for algo in applicable_baselines(graph, collective_name):
+        for channels in _channel_options(graph, algo):
+            algorithm = baseline(graph, collective_name, algo, channels)
+            result = simulate(algorithm, graph, size)
+            if best is None or result.time_us < best[2].time_us:
+                best = (algo, algorithm, result)
+    if best is None:
+        raise InputError("--collective", canonical_name(collective_name),
+                         f"a collective some baseline can run on {graph.graph.get('name')}")
+    return best
+
+
+def _channel_options(graph: nx.DiGraph, algo: str) -> list[int]:
+    return sorted({1, 2, graph.graph["gpus_per_node"]}) if algo == "ring" else [1]
+
+
+def _names_for(collective: str) -> list[str]:
+    return [a for a in ALGORITHMS if collective in _FOR[a]]
+
+
+# --------------------------------------------------------------------------- the machine's shape
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where the baselines may go: node-local Hamiltonian cycle, and the paths a multi-node ring takes."""
+
+    nodes: int
+    gpn: int
+    cycle: tuple[int, ...]                # local indices; cycle[p] -> cycle[p+1] are links inside every node
+    paths: tuple[tuple[int, ...], ...]    # equally good ways through a node: enter at path[0], leave at path[-1]
+
+    @property
+    def path(self) -> tuple[int, ...]:
+        return self.paths[0]
+
+    def ranks(self, node: int, local: Sequence[int]) -> list[int]:
+        return [node * self.gpn + g for g in local]
+
+    def ring(self, variant: int = 0) -> list[int]:
+        """The whole machine's ring: the cycle on one node, else a path through every node in turn.
+
+        Different ``variant`` numbers cross between nodes at different GPUs (other NICs) where the
+        profile offers equally good ones.
+        """
+        if self.nodes == 1:
+            return self.ranks(0, self.cycle)
+        path = self.paths[variant % len(self.paths)]
+        return [r for n in range(self.nodes) for r in self.ranks(n, path)]
+
+
+@lru_cache(maxsize=32)
+def _layout(graph: nx.DiGraph) -> _Layout:
+    """The node-local cycle and the multi-node ring paths (graphs hash by identity: cached per graph)."""
+    gpn, nodes = graph.graph["gpus_per_node"], graph.graph["nodes"]
+    cycle = _hamiltonian_cycle(graph, gpn)
+    if cycle is None:
+        raise _NotApplicable("no ring through the links inside a node")
+    if nodes == 1:
+        # a chain (tree, broadcast) drops the slowest link of the cycle
+        cut = min(range(len(cycle)), key=lambda p: _bw(graph, cycle[p], cycle[(p + 1) % len(cycle)]))
+        return _Layout(1, gpn, tuple(cycle), (tuple(cycle[cut + 1:] + cycle[:cut + 1]),))
+    scored = []
+    for p in range(len(cycle)):  # leave a node at e = cycle[p], enter the next at s = cycle[p+1]
+        e, s = cycle[p], cycle[(p + 1) % len(cycle)]
+        if graph.has_edge(e, gpn + s):
+            net = graph.edges[e, gpn + s]
+            score = (net["bandwidth_GBps"], -net["alpha_us"], -_bw(graph, e, s) if e != s else 0.0)
+            scored.append((score, tuple(cycle[p + 1:] + cycle[:p + 1])))
+    if not scored:
+        raise _NotApplicable("no NIC link leaves a node where the ring could continue to the next")
+    top = max(score for score, _ in scored)
+    return _Layout(nodes, gpn, tuple(cycle), tuple(path for score, path in scored if score == top))
+
+
+def _bw(graph: nx.DiGraph, u: int, v: int) -> float:
+    return graph.edges[u, v]["bandwidth_GBps"] if graph.has_edge(u, v) else 0.0
+
+
+def _hamiltonian_cycle(graph: nx.DiGraph, gpn: int, budget: int = 200_000) -> list[int] | None:
+    """A directed Hamiltonian cycle of node 0's local links with the largest bottleneck bandwidth we find.
+
+    Depth-first search with Warnsdorff's rule, tried over the edges of at least each bandwidth in
+    turn, fastest first; ``budget`` bounds the work per attempt.
+    """
+    if gpn == 1:
+        return [0]
+    local = {u: {v: d["bandwidth_GBps"] for v, d in graph.adj[u].items() if v < gpn} for u in range(gpn)}
+    for threshold in sorted({bw for nbrs in local.values() for bw in nbrs.values()}, reverse=True):
+        adj = {u: [v for v, bw in nbrs.items() if bw >= threshold] for u, nbrs in local.items()}
+        if any(not vs for vs in adj.values()):
+            continue
+        found = _cycle_search(adj, gpn, budget, local)
+        if found:
+            return found
+    return None
+
+
+def _cycle_search(adj: dict[int, list[int]], n: int, budget: int, bw: dict) -> list[int] | None:
+    path, seen, work = [0], {0}, [0]
+
+    def onward(v: int) -> int:
+        return sum(1 for w in adj[v] if w not in seen)
+
+    def dfs() -> bool:
+        work[0] += 1
+        if work[0] > budget:
+            return False
+        u = path[-1]
+        if len(path) == n:
+            return 0 in adj[u]
+        for v in sorted((v for v in adj[u] if v not in seen), key=lambda v: (-bw[u][v], onward(v), v)):
+            path.append(v)
+            seen.add(v)
+            if dfs():
+                return True
+            path.pop()
+            seen.discard(v)
+        return False
+
+    return path if dfs() else None
+
+
+# --------------------------------------------------------------------------- building blocks
+
+
+def _check(graph: nx.DiGraph, ranks: Sequence[int], closed: bool = True) -> None:
+    pairs = zip(ranks, list(ranks[1:]) + ([ranks[0]] if closed else []))
+    for u, v in pairs:
+        if u != v and not graph.has_edge(u, v):
+            raise _NotApplicable(f"no link from rank {u} to rank {v}")
+
+
+def _ring_allgather(ring: Sequence[int], pieces: Sequence[tuple[int, ...]], step0: int) -> list[Transfer]:
+    """Piece ``p`` starts on ``ring[p]``; after ``L-1`` steps every ring member holds every piece."""
+    n = len(ring)
+    return [Transfer(pieces[(p - s) % n], ring[p], ring[(p + 1) % n], step0 + s)
+            for s in range(n - 1) for p in range(n)]
+
+
+def _ring_reducescatter(ring: Sequence[int], pieces: Sequence[tuple[int, ...]], step0: int) -> list[Transfer]:
+    """Piece ``p`` ends fully reduced on ``ring[p]``: it starts at ``p+1`` and is reduced along the ring."""
+    n = len(ring)
+    return [Transfer(pieces[(p - s - 1) % n], ring[p], ring[(p + 1) % n], step0 + s, "reduce")
+            for s in range(n - 1) for p in range(n)]
+
+
+def _ring_allreduce(ring: Sequence[int], pieces: Sequence[tuple[int, ...]], step0: int) -> list[Transfer]:
+    return _ring_reducescatter(ring, pieces, step0) + _ring_allgather(ring, pieces, step0 + len(ring) - 1)
+
+
+def _tree_levels(parent: dict[int, int | None]) -> tuple[dict[int, int], dict[int, int]]:
+    """Height (leaves 0) and depth (root 0) of every vertex of a rooted tree given by ``parent``."""
+    children: dict[int, list[int]] = {v: [] for v in parent}
+    for v, p in parent.items():
+        if p is not None:
+            children[p].append(v)
+    height: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    root = next(v for v, p in parent.items() if p is None)
+    order, stack = [], [(root, 0)]
+    while stack:
+        v, d = stack.pop()
+        depth[v] = d
+        order.append(v)
+        stack.extend((c, d + 1) for c in children[v])
+    for v in reversed(order):
+        height[v] = 1 + max((height[c] for c in children[v]), default=-1)
+    return height, depth
+
+
+def _tree_allreduce(parent: dict[int, int | None], slots: Sequence[int], step0: int) -> list[Transfer]:
+    """Reduce every slot up the tree to its root and broadcast it back down, one slot per pipeline stage."""
+    height, depth = _tree_levels(parent)
+    top = max(height.values())
+    out = []
+    for j, c in enumerate(slots):
+        out += [Transfer((c,), v, p, step0 + height[v] + j, "reduce") for v, p in parent.items() if p is not None]
+        out += [Transfer((c,), p, v, step0 + top + j + depth[v] - 1) for v, p in parent.items() if p is not None]
+    return out
+
+
+def _tree_broadcast(parent: dict[int, int | None], chunks: Sequence[int], step0: int) -> list[Transfer]:
+    _, depth = _tree_levels(parent)
+    return [Transfer((c,), p, v, step0 + j + depth[v] - 1)
+            for j, c in enumerate(chunks) for v, p in parent.items() if p is not None]
+
+
+def _paths(graph: nx.DiGraph, src: int, within: Iterable[int] | None = None) -> dict[int, list[int]]:
+    """Shortest paths from ``src`` (fewest hops, ties: faster links), optionally only through ``within``.
+
+    They form a tree, so relays of one source share their first hops. A direct edge always wins.
+    """
+    view = graph.subgraph(within) if within is not None else graph
+    return nx.single_source_dijkstra_path(view, src, weight=lambda u, v, d: 1.0 + 1e-3 / d["bandwidth_GBps"])
+
+
+def _reach(paths: dict[int, list[int]], src: int, dst: int) -> list[int]:
+    if dst not in paths:
+        raise _NotApplicable(f"no path from rank {src} to rank {dst}")
+    return paths[dst]
+
+
+def _hops(path: Sequence[int], chunk: int, step0: int) -> list[Transfer]:
+    return [Transfer((chunk,), u, v, step0 + h) for h, (u, v) in enumerate(zip(path, path[1:]))]
+
+
+def _assemble(transfers: Iterable[Transfer]) -> tuple[Transfer, ...]:
+    """Program order = step order; transfers of one step between the same ranks become one."""
+    merged: dict[tuple, list[int]] = {}
+    for t in sorted(transfers, key=lambda t: t.step):
+        merged.setdefault((t.step, t.src, t.dst, t.op, t.link), []).extend(c for c in t.chunks)
+    return renumber_steps(Transfer(tuple(dict.fromkeys(chunks)), src, dst, step, op, link)
+                          for (step, src, dst, op, link), chunks in merged.items())
+
+
+def _algorithm(graph: nx.DiGraph, algo: str, collective: Collective, transfers: Iterable[Transfer],
+               **metadata) -> Algorithm:
+    return Algorithm(f"{algo}-{collective.name}", collective, _assemble(transfers), graph.graph.get("name", ""),
+                     {"baseline": algo, **metadata})
+
+
+def _ranks(graph: nx.DiGraph) -> int:
+    ranks = num_ranks(graph)
+    if ranks < 2:
+        raise _NotApplicable("a collective needs at least two ranks")
+    return ranks
+
+
+# --------------------------------------------------------------------------- the baselines
+
+
+def _build_ring(graph: nx.DiGraph, name: str, channels: int) -> Algorithm:
+    R = _ranks(graph)
+    lay = _layout(graph)
+    rings = [lay.ring(i) if i % 2 == 0 else lay.ring(i)[::-1] for i in range(channels)]
+    for ring in rings:
+        _check(graph, ring)
+    if name == "broadcast":
+        k = R * channels
+        coll = Collective(name, R, k)
+        out = []
+        for i, ring in enumerate(rings):  # a pipelined chain from the root
+            start = ring.index(coll.root)
+            chain = ring[start:] + ring[:start]
+            out += [Transfer((j,), chain[p], chain[p + 1], j // channels + p)
+                    for j in range(i, k, channels) for p in range(R - 1)]
+        return _algorithm(graph, "ring", coll, out, channels=channels)
+    coll = Collective(name, R, channels)
+    build = {"allgather": _ring_allgather, "reducescatter": _ring_reducescatter, "allreduce": _ring_allreduce}[name]
+    out = []
+    for i, ring in enumerate(rings):
+        out += build(ring, [(r * channels + i,) for r in ring], 0)
+    return _algorithm(graph, "ring", coll, out, channels=channels)
+
+
+def _binary_tree(order: Sequence[int]) -> dict[int, int | None]:
+    """In-order binary tree over ``order``: position i (1-based) sits at the level of its trailing zeros."""
+    def tz(i: int) -> int:
+        return (i & -i).bit_length()
+
+    parent: dict[int, int | None] = {}
+
+    def build(lo: int, hi: int, up: int | None) -> None:
+        if lo > hi:
+            return
+        mid = max(range(lo, hi + 1), key=tz)
+        parent[order[mid - 1]] = up
+        build(lo, mid - 1, order[mid - 1])
+        build(mid + 1, hi, order[mid - 1])
+
+    build(1, len(order), None)
+    return parent
+
+
+def _double_tree(graph: nx.DiGraph) -> list[dict[int, int | None]]:
+    """NCCL's two trees over all ranks: chains inside nodes, complementary binary trees across them."""
+    lay = _layout(graph)
+    nodes = list(range(lay.nodes))
+    # even node count: mirror; odd: shift by one (so leaves of one tree are mostly inner in the other)
+    other = nodes[::-1] if lay.nodes % 2 == 0 else nodes[1:] + nodes[:1]
+    trees = []
+    for t, (order, chain) in enumerate(((nodes, lay.path), (other, lay.path[::-1]))):
+        across = _binary_tree(order)
+        parent: dict[int, int | None] = {}
+        for n in nodes:
+            ranks = lay.ranks(n, chain)
+            up = across[n]
+            parent[ranks[0]] = None if up is None else up * lay.gpn + chain[0]
+            for a, b in zip(ranks, ranks[1:]):
+                parent[b] = a
+        for v, p in parent.items():
+            if p is not None and not (graph.has_edge(v, p) and graph.has_edge(p, v)):
+                raise _NotApplicable(f"tree {t} needs links between ranks {v} and {p}")
+        trees.append(parent)
+    return trees
+
+
+def _reroot(parent: dict[int, int | None], root: int) -> dict[int, int | None]:
+    tree = nx.Graph((v, p) for v, p in parent.items() if p is not None)
+    tree.add_nodes_from(parent)
+    return {root: None, **{v: p for p, v in nx.bfs_edges(tree, root)}}
+
+
+def _build_tree(graph: nx.DiGraph, name: str, channels: int) -> Algorithm:
+    R = _ranks(graph)
+    trees = _double_tree(graph)
+    if name == "broadcast":
+        coll = Collective(name, R, R)
+        return _algorithm(graph, "tree", coll, _tree_broadcast(_reroot(trees[0], coll.root), range(R), 0))
+    coll = Collective(name, R, channels)
+    slots = list(range(coll.num_chunks))
+    half = (len(slots) + 1) // 2
+    out = _tree_allreduce(trees[0], slots[:half], 0) + _tree_allreduce(trees[1], slots[half:], 0)
+    return _algorithm(graph, "tree", coll, out, channels=channels)
+
+
+def _build_hierarchical(graph: nx.DiGraph, name: str, channels: int) -> Algorithm:
+    R = _ranks(graph)
+    lay = _layout(graph)
+    if lay.nodes < 2:
+        raise _NotApplicable("hierarchical needs at least two nodes")
+    G, N = lay.gpn, lay.nodes
+    coll = Collective(name, R, 1)
+    inside = [lay.ranks(n, lay.cycle) for n in range(N)]
+    across = {j: [n * G + j for n in range(N)] for j in range(G)}
+    for ring in inside:
+        _check(graph, ring)
+    for ring in across.values():
+        _check(graph, ring)
+
+    def blocks(local: Sequence[int]) -> list[tuple[int, ...]]:  # slot n*G + j for all n, per local GPU j
+        return [tuple(n * G + j for n in range(N)) for j in local]
+
+    def singles(ring: Sequence[int]) -> list[tuple[int, ...]]:
+        return [(r,) for r in ring]
+
+    out: list[Transfer] = []
+    if name == "allgather":
+        for ring in across.values():
+            out += _ring_allgather(ring, singles(ring), 0)
+        for ring in inside:
+            out += _ring_allgather(ring, blocks(lay.cycle), N - 1)
+    elif name == "reducescatter":
+        for ring in inside:
+            out += _ring_reducescatter(ring, blocks(lay.cycle), 0)
+        for ring in across.values():
+            out += _ring_reducescatter(ring, singles(ring), G - 1)
+    else:
+        for ring in inside:
+            out += _ring_reducescatter(ring, blocks(lay.cycle), 0)
+        for ring in across.values():
+            out += _ring_allreduce(ring, singles(ring), G - 1)
+        for ring in inside:
+            out += _ring_allgather(ring, blocks(lay.cycle), G - 1 + 2 * (N - 1))
+    return _algorithm(graph, "hierarchical", coll, out)
+
+
+def _build_direct(graph: nx.DiGraph, name: str, channels: int) -> Algorithm:
+    R = _ranks(graph)
+    coll = Collective(name, R, 1)
+    out: list[Transfer] = []
+    for s in ([coll.root] if name == "broadcast" else range(R)):
+        paths = _paths(graph, s)
+        if name == "alltoall":
+            for d in range(R):
+                if d != s:
+                    out += _hops(_reach(paths, s, d), s * R + d, 0)
+            continue
+        # AllGather / Broadcast: the shortest-path tree from the source; every relay keeps its copy
+        parent: dict[int, int | None] = {s: None}
+        for d in range(R):
+            if d != s:
+                parent[d] = _reach(paths, s, d)[-2]
+        out += _tree_broadcast(parent, [0 if name == "broadcast" else s], 0)
+    return _algorithm(graph, "direct", coll, out)
+
+
+def _build_two_step(graph: nx.DiGraph, name: str, channels: int) -> Algorithm:
+    R = _ranks(graph)
+    lay = _layout(graph)
+    if lay.nodes < 2:
+        raise _NotApplicable("two-step needs at least two nodes")
+    G, N = lay.gpn, lay.nodes
+    coll = Collective(name, R, 1)
+    local_paths = {}
+    for n in range(N):
+        members = range(n * G, (n + 1) * G)
+        for s in members:
+            paths = _paths(graph, s, members)
+            for d in members:
+                if s != d:
+                    local_paths[s, d] = _reach(paths, s, d)
+    gather = max((len(p) - 1 for p in local_paths.values()), default=0)
+    out: list[Transfer] = []
+    for s in range(R):
+        a, i = divmod(s, G)
+        for d in range(R):
+            b, j = divmod(d, G)
+            if s == d:
+                continue
+            chunk = s * R + d
+            if a == b:
+                out += _hops(local_paths[s, d], chunk, 0)
+                continue
+            peer, far = a * G + j, b * G + j   # gather on the local GPU j, cross once to GPU j of node b
+            if not graph.has_edge(peer, far):
+                raise _NotApplicable(f"no NIC link from rank {peer} to rank {far}")
+            if peer != s:
+                out += _hops(local_paths[s, peer], chunk, 0)
+            out.append(Transfer((chunk,), peer, far, gather))
+    return _algorithm(graph, "two-step", coll, out)
+
+
+_BUILDERS = {"ring": _build_ring, "tree": _build_tree, "hierarchical": _build_hierarchical,
+             "direct": _build_direct, "two-step": _build_two_step}
