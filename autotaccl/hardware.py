@@ -208,6 +208,9 @@ def profile_from_dict(data: Any, source: str) -> HardwareProfile:
     for i, spec in enumerate(_list(r, data.get("switches"), "switches")):
         where = f"switches[{i}]"
         spec = r.mapping(spec, where)
+        extra = sorted(set(spec) - {"class", "gpus"})
+        if extra:
+            raise r.fail(f"{where}.{extra[0]}", "only class and gpus")
         members = _gpu_list(r, spec.get("gpus"), f"{where}.gpus", gpus)
         if len(members) < 2:
             raise r.fail(f"{where}.gpus", "at least two GPUs")
