@@ -1,0 +1,121 @@
+"""The topology graph: edges, their bandwidth and latency, and the shared resources they occupy."""
+from __future__ import annotations
+
+import pytest
+
+from autotaccl.hardware import load_hardware, profile_from_dict
+from autotaccl.topology import NETWORK, build_topology, capacity_graph, node_of, num_ranks, summarize
+
+# (profile, nodes) -> edges by kind. Point links: 2 per pair; switch: G(G-1) per node; net: every GPU
+# with a NIC to every GPU with a NIC on another node.
+EDGES = [
+    ("ndv2", 1, {"nvlink": 32}),
+    ("ndv2", 2, {"nvlink": 64, "net": 2 * 8 * 8}),
+    ("ndv2", 4, {"nvlink": 128, "net": 4 * 3 * 8 * 8}),
+    ("dgx-a100", 1, {"switch": 56}),
+    ("dgx-a100", 2, {"switch": 112, "net": 128}),
+    ("dgx2", 2, {"switch": 2 * 16 * 15, "net": 2 * 16 * 16}),
+    ("ring", 1, {"nvlink": 16}),
+    ("torus2d", 1, {"nvlink": 64}),
+    ("fully-connected", 1, {"nvlink": 56}),
+]
+
+
+@pytest.mark.parametrize("name, nodes, kinds", EDGES)
+def test_edge_counts(topo, name, nodes, kinds):
+    graph = topo(name, nodes)
+    summary = summarize(graph)
+    assert summary.by_kind == kinds
+    assert graph.number_of_edges() == sum(kinds.values())
+    assert summary.ranks == num_ranks(graph) == graph.number_of_nodes() == nodes * graph.graph["gpus_per_node"]
+    assert sorted(graph.nodes) == list(range(summary.ranks))
+
+
+def test_ranks_belong_to_nodes_in_blocks(topo):
+    graph = topo("ndv2", 4)
+    assert [node_of(graph, r) for r in (0, 7, 8, 15, 31)] == [0, 0, 1, 1, 3]
+    assert graph.nodes[13] == {"node": 1, "local": 5}
+
+
+def test_ndv2_double_links_are_50_GBps(topo):
+    graph = topo("ndv2", 2)
+    for a, b in [(0, 1), (0, 4), (1, 3), (2, 3), (2, 6), (4, 5), (5, 7), (6, 7)]:
+        for base in (0, 8):
+            assert graph.edges[base + a, base + b]["bandwidth_GBps"] == 50.0
+            assert graph.edges[base + b, base + a]["bandwidth_GBps"] == 50.0
+    assert graph.edges[0, 2]["bandwidth_GBps"] == 25.0
+    assert not graph.has_edge(0, 5) and graph.edges[0, 9]["kind"] == "net"
+    for g in range(8):  # 6 NVLinks of 25 GB/s each way, on 4 neighbours
+        out = [d["bandwidth_GBps"] for _, v, d in graph.out_edges(g, data=True) if d["kind"] == "nvlink"]
+        assert len(out) == 4 and sum(out) == 150.0
+
+
+def test_nvlink_edge_is_its_own_resource(topo):
+    graph = topo("ndv2", 1)
+    edge = graph.edges[0, 1]
+    assert edge["resources"] == ((0, 1),) and edge["kind"] == "nvlink" and edge["links"] == 1
+    assert capacity_graph(graph).edges[0, 1]["capacity"] == 50.0
+
+
+def test_switch_edges_share_the_ports(topo):
+    graph = topo("dgx-a100", 1)
+    edge = graph.edges[2, 5]
+    assert edge["kind"] == "switch"
+    assert edge["resources"] == ((2, "n0.sw0"), ("n0.sw0", 5))
+    assert edge["bandwidth_GBps"] == 300.0
+    assert edge["alpha_us"] == pytest.approx(0.7)   # two half-hops of 0.35 µs
+    # every edge out of GPU 2 holds GPU 2's one out-port
+    assert {graph.edges[2, v]["resources"][0] for v in graph.successors(2)} == {(2, "n0.sw0")}
+
+
+def test_net_edges_go_through_both_nics(topo):
+    graph = topo("dgx2", 2)
+    cap = capacity_graph(graph)
+    edge = graph.edges[3, 20]   # node 0 GPU 3 (NIC 1) -> node 1 GPU 4 (NIC 2)
+    assert edge["kind"] == "net"
+    assert edge["resources"] == ((3, "n0.nic1"), ("n0.nic1", NETWORK), (NETWORK, "n1.nic2"), ("n1.nic2", 20))
+    assert edge["bandwidth_GBps"] == 12.5           # min(PCIe 16, EDR 12.5)
+    assert edge["alpha_us"] == pytest.approx(sum(cap.edges[a]["alpha_us"] for a in edge["resources"]))
+    assert edge["alpha_us"] == pytest.approx(0.5 + 2.6 + 0.5)
+    # GPUs 2 and 3 share NIC 1: their net edges hold the same NIC egress
+    assert ("n0.nic1", NETWORK) in graph.edges[2, 16]["resources"]
+    assert cap.edges["n0.nic1", NETWORK]["capacity"] == 12.5
+
+
+def test_ndv2_far_gpus_reach_the_nic_over_host_pcie(topo):
+    graph = topo("ndv2", 2)
+    near, far = graph.edges[0, 8], graph.edges[2, 8]
+    assert near["bandwidth_GBps"] == 12.5 and far["bandwidth_GBps"] == 10.0
+    assert far["resources"][0] == (2, "n0.nic0") and capacity_graph(graph).edges[2, "n0.nic0"]["capacity"] == 10.0
+    assert far["alpha_us"] > near["alpha_us"]
+
+
+def test_every_edge_alpha_is_the_sum_and_bandwidth_the_min_of_its_arcs(topo):
+    for name, nodes in [("ndv2", 2), ("dgx-h100", 2), ("torus2d", 2)]:
+        graph = topo(name, nodes)
+        cap = capacity_graph(graph)
+        for u, v, d in graph.edges(data=True):
+            assert d["alpha_us"] == pytest.approx(sum(cap.edges[a]["alpha_us"] for a in d["resources"]))
+            assert d["bandwidth_GBps"] == min(cap.edges[a]["capacity"] for a in d["resources"])
+
+
+def test_one_node_has_no_nic_vertices(topo):
+    cap = capacity_graph(topo("dgx2", 1))
+    assert not any(isinstance(v, str) and "nic" in v for v in cap.nodes) and NETWORK not in cap
+
+
+def test_a_profile_without_nics_cannot_span_nodes(small_profile):
+    del small_profile["nics"]
+    profile = profile_from_dict(small_profile, "small.yaml")
+    assert build_topology(profile, 1).number_of_edges() == 12
+    with pytest.raises(ValueError, match="no NICs"):
+        build_topology(profile, 2)
+    with pytest.raises(ValueError):
+        build_topology(load_hardware("ndv2"), 0)
+
+
+def test_point_link_count_multiplies_bandwidth(small_profile):
+    small_profile["links"] = {"class": "nvlink", "pairs": [[0, 1, 3], [1, 2, 1], [2, 3, 1], [3, 0, 2]]}
+    graph = build_topology(profile_from_dict(small_profile, "small.yaml"))
+    assert graph.edges[0, 1]["bandwidth_GBps"] == 75.0 and graph.edges[3, 0]["bandwidth_GBps"] == 50.0
+    assert not graph.has_edge(0, 2)
