@@ -528,3 +528,39 @@ def describe(space: SearchSpace) -> str:
     sizes = f"{format_size(space.sizes[0])}..{format_size(space.sizes[-1])} ({len(space.sizes)} sizes)"
     return (f"{space.name}: {space.target_name}, {', '.join(space.collectives)}, {sizes}, "
             f"{len(space.parameters)} parameters")
+
+
+def sketch_to_params(space: SearchSpace, sketch) -> dict[str, Any] | None:
+    """The parameter values that describe ``sketch`` in ``space`` (None if the space cannot express it).
+
+    Used to enqueue known-good sketches (``default_sketch``) as ordinary trials.
+    """
+    knobs: dict[str, Any] = {"chunkup": sketch.input_chunkup, "intranode_strategy": sketch.intranode_strategy,
+                             "switch_policy": sketch.switch_objective, "ordering": sketch.ordering,
+                             "contiguity": sketch.contiguity, "batch_window": sketch.batch_window}
+    if sketch.engine:
+        knobs["engine"] = sketch.engine
+    offsets = sketch.symmetry_offsets
+    knobs["symmetry"] = ";".join(f"{o}/{s}" for o, s in offsets) if offsets else "none"
+    if space.nodes > 1:
+        conn = sketch.internode_conn
+        knobs["enforce_ordering"] = sketch.enforce_ordering
+        if isinstance(conn, str):
+            knobs["internode_conn"] = conn
+        else:
+            knobs["internode_conn"] = "relay"
+            knobs["relay_map"] = ",".join(f"{s}:{'+'.join(map(str, r))}" for s, r in conn)
+        knobs["sender_map"] = ("any" if sketch.sender_map is None else
+                               ",".join(f"{s}:{'+'.join(map(str, g))}" for s, g in sketch.sender_map))
+    for name, value in space.fixed.items():
+        if name in knobs and knobs[name] != value:
+            return None
+    params: dict[str, Any] = {}
+    values: dict[str, Any] = dict(space.fixed)
+    for p in space.parameters:
+        if not p.active(values) or p.name not in knobs:
+            continue
+        if not p.contains(knobs[p.name]):
+            return None
+        params[p.name] = values[p.name] = knobs[p.name]
+    return params

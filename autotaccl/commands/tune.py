@@ -1,0 +1,96 @@
+"""``autotaccl tune``: search sketches for a target with Optuna, track every trial in MLflow."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+
+from ..errors import InputError
+from ..sizes import format_size
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("tune", help="search communication sketches for the fastest algorithms (Optuna + MLflow)")
+    p.add_argument("--space", required=True, help="search space YAML (see search_spaces/README.md) or a shipped name")
+    p.add_argument("--collective", action="append", help="only this collective of the space (repeatable)")
+    p.add_argument("--trials", type=int, default=20, help="trials per study, counting earlier runs (default 20)")
+    p.add_argument("--timeout", type=float, help="stop starting trials after this many seconds")
+    add_runner_args(p)
+    p.add_argument("--margin", type=float, default=0.10,
+                   help="with a real runner, measure only candidates whose simulated score is within this "
+                        "fraction of the best so far (default 0.10)")
+    p.add_argument("--synth-time-limit", type=float, default=60.0, help="solver seconds per MILP stage (default 60)")
+    p.add_argument("--storage", help="Optuna storage URL (postgresql://, sqlite:///...) or a journal file path "
+                                     "(default OUT/optuna.journal)")
+    p.add_argument("--study", help="study name (default <hardware>x<nodes>-<collective>)")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default sqlite:///OUT/mlflow.db)")
+    p.add_argument("--workers", type=int, default=1, help="worker processes sharing the storage (default 1)")
+    p.add_argument("--sampler", default="tpe", choices=("tpe", "random", "bruteforce"))
+    p.add_argument("--seed", type=int, help="sampler seed")
+    p.add_argument("--out", default="autotaccl-runs", help="run directory (default ./autotaccl-runs)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the summaries as one JSON object")
+    p.set_defaults(func=run)
+
+
+def add_runner_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runner", default="sim", choices=("sim", "mpi", "nccl-tests"), help="final-fidelity runner")
+    p.add_argument("--np", type=int, help="ranks to launch (mpi / nccl-tests runners)")
+    p.add_argument("--hostfile", help="MPI hostfile (mpi / nccl-tests runners)")
+    p.add_argument("--timeout-per-run", type=float, help="seconds before a runner launch is killed")
+
+
+def runner_options(args) -> dict:
+    options = {}
+    if args.runner != "sim":
+        for key in ("np", "hostfile"):
+            if getattr(args, key, None) is not None:
+                options[key] = getattr(args, key)
+        if args.timeout_per_run is not None:
+            options["timeout"] = args.timeout_per_run
+    return options
+
+
+def run(args) -> int:
+    import optuna
+
+    from ..tuning.sweep import TuneRequest, tune
+
+    if args.timeout is not None and args.timeout <= 0:
+        raise InputError("--timeout", str(args.timeout), "a positive number of seconds")
+    if not 0 <= args.margin <= 10:
+        raise InputError("--margin", str(args.margin), "a fraction such as 0.1")
+    if not args.verbose:
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    request = TuneRequest(space=args.space, trials=args.trials, timeout=args.timeout, runner=args.runner,
+                          runner_options=runner_options(args), storage=args.storage, study=args.study,
+                          tracking_uri=args.tracking_uri, workers=args.workers, sampler=args.sampler, seed=args.seed,
+                          out=args.out, margin=args.margin, synth_time_limit=args.synth_time_limit,
+                          progress=not args.no_progress and not args.json)
+    summaries = tune(request, args.collective)
+    if args.json:
+        from ..cli import print_json
+
+        print_json([{"study": s.study, "collective": s.collective, "experiment_id": s.experiment_id,
+                     "parent_run_id": s.parent_run_id, "counts": s.counts, "best_value": s.best_value,
+                     "best_trial": s.best_trial,
+                     "per_size": [{"size": w.size, "winner": w.winner, "time_us": w.time_us,
+                                   "baseline": w.baseline, "baseline_time_us": w.baseline_time_us,
+                                   "speedup": w.speedup, "busbw": w.busbw, "bound_pct": w.bound_pct}
+                                  for w in s.per_size]} for s in summaries])
+        return 0
+    for s in summaries:
+        print(summary_table(s))
+    return 0
+
+
+def summary_table(s) -> str:
+    counts = ", ".join(f"{n} {state.lower()}" for state, n in s.counts.items() if n)
+    best = "none" if s.best_value is None else f"{s.best_value:.4f} (trial {s.best_trial})"
+    lines = [f"study {s.study}: {counts}; best objective {best} (geomean time / best baseline, lower is better)",
+             f"{'size':>6}  {'winner':<22} {'time_us':>11} {'baseline':<13} {'speed-up':>8} {'busbw':>8} {'% bound':>7}"]
+    for w in s.per_size:
+        lines.append(f"{format_size(w.size):>6}  {w.winner:<22} {w.time_us:>11.2f} {w.baseline:<13} "
+                     f"{w.speedup:>7.2f}x {w.busbw:>8.2f} {w.bound_pct:>6.1f}%")
+    return "\n".join(lines)

@@ -1,0 +1,32 @@
+"""The one place tuning talks to the lowering: algorithm -> MSCCL XML text, and the XML checker."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..algorithm import Algorithm
+
+
+def lowering_available() -> bool:
+    try:
+        from ..lowering import LoweringOptions, check_xml, lower  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def lower_xml(algorithm: Algorithm, protocol: str = "Simple", instances: int = 1, min_bytes: int = 0,
+              max_bytes: int | None = None) -> str:
+    """MSCCL XML for ``algorithm`` with the tuned protocol and instances, selected for [min_bytes, max_bytes]."""
+    from ..lowering import LoweringOptions, lower
+
+    options: dict[str, Any] = {"protocol": protocol, "instances": instances, "min_bytes": min_bytes}
+    if max_bytes is not None:
+        options["max_bytes"] = max_bytes
+    return lower(algorithm, LoweringOptions(**options))
+
+
+def check(xml_text: str):
+    """The lowering's checker report for ``xml_text`` (raises nothing; read ``.ok``/``.errors``)."""
+    from ..lowering import check_xml
+
+    return check_xml(xml_text)

@@ -1,0 +1,211 @@
+"""The Optuna objective of a sweep: sample -> sketch -> synthesize (cached) -> measure -> score -> MLflow.
+
+Two fidelities: every trial is simulated; with a real runner, only candidates whose simulated score is
+within ``margin`` of the best so far are measured, the rest are pruned with a ``prune_reason``.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import optuna
+from optuna.trial import TrialState
+
+from ..algorithm import VerificationError, to_json
+from ..errors import InfeasibleError, InputError
+from ..sizes import format_size
+from . import tracking
+from .cache import SynthesisCache
+from .evaluate import (SizeResult, WrongResults, results_frame, runner_times, score, simulate_times, size_results,
+                       synthesize_cached)
+from .lowered import lower_xml, lowering_available
+from .reference import Reference, load_reference
+from .space import load_space, params_to_sketch, sample, settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """Everything a worker needs to join a sweep (the driver writes it as JSON)."""
+
+    space: str
+    collective: str
+    out_dir: str
+    storage: str
+    study_name: str
+    tracking_uri: str
+    experiment_id: str
+    parent_run_id: str
+    reference: str
+    runner: str = "sim"
+    runner_options: Mapping[str, Any] = field(default_factory=dict)
+    margin: float = 0.10
+    synth_time_limit: float | None = None
+    trials: int = 20
+    timeout: float | None = None
+    sampler: str = "tpe"
+    seed: int | None = None
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=1))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> "SweepConfig":
+        return cls(**json.loads(Path(path).read_text()))
+
+
+class TrialFailed(RuntimeError):
+    """The configuration produced no usable algorithm (infeasible, failed verification, wrong data)."""
+
+
+def best_sim_score(study: optuna.Study) -> float | None:
+    scores = [t.user_attrs["sim_score"] for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+              if "sim_score" in t.user_attrs]
+    return min(scores) if scores else None
+
+
+class Objective:
+    def __init__(self, config: SweepConfig) -> None:
+        self.config = config
+        self.space = load_space(config.space)
+        self.graph = self.space.graph()
+        self.ranks = self.graph.number_of_nodes()
+        self.reference: Reference = load_reference(Path(config.reference))
+        self.cache = SynthesisCache(Path(config.out_dir) / "cache")
+        self.client = tracking.MlflowClient(tracking_uri=config.tracking_uri)
+        self.with_xml = lowering_available()
+
+    # ------------------------------------------------------------------ the objective
+    def __call__(self, trial: optuna.Trial) -> float:
+        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+        try:
+            return self._evaluate(trial)
+        except KeyboardInterrupt:
+            trial.set_user_attr("interrupted", True)
+            raise
+
+    def _evaluate(self, trial: optuna.Trial) -> float:
+        cfg = self.config
+        params = sample(trial, self.space)
+        record: dict[str, Any] = {"params": params}
+        try:
+            sketch = params_to_sketch(self.space, params)
+            st = settings(self.space, params)
+            record["sketch"] = sketch
+            record["settings"] = st
+            synth = synthesize_cached(self.graph, cfg.collective, sketch, st, self.cache, cfg.synth_time_limit)
+        except (InfeasibleError, InputError, VerificationError) as err:
+            self._fail(trial, record, f"synthesis: {err}")
+        record["synth"] = synth
+        trial.set_user_attr("sketch_key", synth.sketch_key)
+        trial.set_user_attr("cache_key", synth.key)
+        trial.set_user_attr("cache_hit", synth.cache_hit)
+        trial.set_user_attr("synth_seconds", synth.seconds)
+        trial.set_user_attr("solver_status", synth.status)
+
+        sim = size_results(simulate_times(synth.algorithm, self.graph, self.reference.sizes), self.reference,
+                           cfg.collective, self.ranks, simulated=True)
+        sim_score = score(sim)
+        trial.set_user_attr("sim_score", sim_score)
+        record["results"], record["fidelity"] = sim, "sim"
+        if cfg.runner != "sim":
+            best = best_sim_score(trial.study)
+            if best is not None and sim_score > best * (1 + cfg.margin):
+                reason = (f"simulated score {sim_score:.4f} is more than {cfg.margin:.0%} above the best so far "
+                          f"({best:.4f}); not measured with the {cfg.runner} runner")
+                trial.set_user_attr("prune_reason", reason)
+                trial.set_user_attr("results", [asdict(r) for r in sim])
+                trial.report(sim_score, 0)
+                self._log(trial, record, "PRUNED", reason=reason)
+                raise optuna.TrialPruned(reason)
+            try:
+                times, frame = runner_times(synth.algorithm, self.reference.sizes, cfg.runner, cfg.runner_options)
+            except (WrongResults, InputError) as err:
+                self._fail(trial, record, f"{cfg.runner} runner: {err}")
+            record["results"] = size_results(times, self.reference, cfg.collective, self.ranks, simulated=False)
+            record["fidelity"], record["raw"] = cfg.runner, frame
+        value = score(record["results"])
+        trial.set_user_attr("fidelity", record["fidelity"])
+        trial.set_user_attr("results", [asdict(r) for r in record["results"]])
+        trial.set_user_attr("verified", True)
+        self._log(trial, record, "COMPLETE", value=value)
+        return value
+
+    def _fail(self, trial: optuna.Trial, record: dict, reason: str) -> None:
+        trial.set_user_attr("failure_reason", reason)
+        self._log(trial, record, "FAIL", reason=reason)
+        raise TrialFailed(reason)
+
+    # ------------------------------------------------------------------ MLflow
+    def _log(self, trial: optuna.Trial, record: dict, state: str, value: float | None = None,
+             reason: str = "") -> None:
+        from ..sketch import sketch_to_dict
+
+        cfg = self.config
+        params: dict[str, Any] = {k: v for k, v in record["params"].items()}
+        params.update(collective=cfg.collective, target=self.space.target_name, runner=cfg.runner)
+        tags = {tracking.KIND: "trial", "state": state, "optuna.trial": trial.number, "optuna.study": cfg.study_name,
+                "collective": cfg.collective, "target": self.space.target_name}
+        if reason:
+            tags["failure_reason" if state == "FAIL" else "prune_reason"] = reason[:5000]
+        metrics: dict[str, float] = {}
+        artifacts: dict[str, str | bytes] = {}
+        if "sketch" in record:
+            sketch_doc = sketch_to_dict(record["sketch"])
+            params.update(tracking.flatten(sketch_doc, "sketch"))
+            artifacts["sketch.json"] = json.dumps(sketch_doc, indent=1)
+        if "settings" in record:
+            params.update({f"settings.{k}": v for k, v in asdict(record["settings"]).items()})
+        synth = record.get("synth")
+        if synth is not None:
+            tags.update(sketch_key=synth.sketch_key, cache_key=synth.key, solver_status=synth.status, cache_hit=str(synth.cache_hit).lower())
+            metrics.update(synth_seconds=synth.seconds, model_variables=synth.variables,
+                           model_constraints=synth.constraints)
+            artifacts["algorithm.json"] = json.dumps(to_json(synth.algorithm))
+            if state == "COMPLETE" and self.with_xml:
+                st = record["settings"]
+                try:
+                    artifacts["algorithm.xml"] = lower_xml(synth.algorithm, st.protocol, st.instances)
+                except Exception as err:   # lowering is reported, never fatal to a measured trial
+                    tags["xml_error"] = str(err)[:2000]
+        results: list[SizeResult] | None = record.get("results")
+        if results:
+            frame = results_frame(results)
+            metrics.update(tracking.size_metrics(frame.to_dict("records")))
+            metrics["sim_objective"] = trial.user_attrs.get("sim_score", score(results))
+            metrics["bound_pct_mean"] = float(frame["bound_pct"].mean())
+            artifacts["measurements.csv"] = frame.to_csv(index=False)
+            if "raw" in record:
+                artifacts[f"{cfg.runner}-raw.csv"] = record["raw"].to_csv(index=False)
+            artifacts["busbw.png"] = self._plot(trial.number, results)
+        if value is not None:
+            metrics["objective"] = value
+            tags["fidelity"] = record["fidelity"]
+        tags["verified"] = "true" if state == "COMPLETE" else "false"
+        run_id = tracking.log_run(self.client, cfg.experiment_id, f"trial-{trial.number}",
+                                  parent_run_id=cfg.parent_run_id, params=params, metrics=metrics, tags=tags,
+                                  artifacts=artifacts, state=state)
+        trial.set_user_attr("mlflow_run_id", run_id)
+
+    def _plot(self, number: int, results: list[SizeResult]) -> bytes:
+        from dashboards.plots import busbw_figure, png_bytes
+
+        sizes = [r.size for r in results]
+        factor = results[0].busbw / results[0].algbw
+        series = {f"trial {number}": (sizes, [r.busbw for r in results]),
+                  "best baseline": (sizes, [r.size / r.baseline_time_us / 1e3 * factor for r in results]),
+                  "bound": (sizes, [b * factor for b in self.reference.bound_algbw])}
+        title = f"{self.space.target_name} {self.config.collective}: trial {number}"
+        return png_bytes(busbw_figure(series, title, {"bound": "k--", "best baseline": "s-"}))
+
+
+def describe_results(results: list[dict]) -> str:
+    return ", ".join(f"{format_size(r['size'])}: {r['relative']:.2f}x" for r in results)

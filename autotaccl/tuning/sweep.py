@@ -1,0 +1,371 @@
+"""The sweep driver: prepare storage, tracking, references and seeds once, then run the workers.
+
+Layout of a run directory (default ``./autotaccl-runs``)::
+
+    optuna.journal          Optuna JournalFileBackend storage (safe for several workers, ecosystem.md §1.3)
+    mlflow.db, mlartifacts/ MLflow store created once here, artifacts beside it
+    cache/                  synthesized algorithms by configuration key (JSON)
+    sweeps/<study>.json     the SweepConfig every worker of a study reads
+    sweeps/<study>.reference.json   baselines and bound at each sweep size
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import optuna
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+from ..algorithm import verify
+from ..errors import InputError
+from . import tracking
+from .objective import Objective, SweepConfig, TrialFailed
+from .reference import Reference, compute_reference, load_reference, save_reference
+from .space import SearchSpace, load_space, sketch_to_params
+
+log = logging.getLogger(__name__)
+
+SAMPLERS = ("tpe", "random", "bruteforce")
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    space: str
+    trials: int = 20
+    timeout: float | None = None
+    runner: str = "sim"
+    runner_options: Mapping[str, Any] = field(default_factory=dict)
+    storage: str | None = None
+    study: str | None = None
+    tracking_uri: str | None = None
+    workers: int = 1
+    sampler: str = "tpe"
+    seed: int | None = None
+    out: str = "autotaccl-runs"
+    margin: float = 0.10
+    synth_time_limit: float | None = 60.0
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class SizeWinner:
+    size: int
+    winner: str                 # "trial N" or "baseline:<name>"
+    time_us: float
+    baseline: str
+    baseline_time_us: float
+    busbw: float
+    bound_pct: float
+
+    @property
+    def speedup(self) -> float:
+        return self.baseline_time_us / self.time_us
+
+
+@dataclass(frozen=True)
+class StudySummary:
+    study: str
+    collective: str
+    experiment_id: str
+    parent_run_id: str
+    counts: Mapping[str, int]
+    best_value: float | None
+    best_trial: int | None
+    per_size: tuple[SizeWinner, ...]
+
+
+# --------------------------------------------------------------------------- storage, sampler
+
+
+def storage_spec(storage: str | None, out: Path) -> str:
+    """A URL (``sqlite:///``, ``postgresql://``...) is used as given; anything else is a journal file path."""
+    if storage is None:
+        return str((out / "optuna.journal").resolve())
+    return storage if "://" in storage else str(Path(storage).resolve())
+
+
+def open_storage(spec: str):
+    if "://" in spec:
+        return spec
+    Path(spec).parent.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(spec))
+
+
+def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "bruteforce":
+        return optuna.samplers.BruteForceSampler(seed=seed)
+    raise InputError("--sampler", repr(name), f"one of: {', '.join(SAMPLERS)}")
+
+
+def counted(trial: optuna.trial.FrozenTrial) -> bool:
+    """A finished trial that counts towards --trials (an interrupted one is redone on resume)."""
+    return trial.state in FINISHED and not trial.user_attrs.get("interrupted")
+
+
+def fail_orphans(study: optuna.Study) -> int:
+    """Mark FAIL the RUNNING trials whose worker process on this host is gone (a killed earlier sweep)."""
+    host = socket.gethostname()
+    n = 0
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        worker_host, _, pid = str(t.user_attrs.get("worker", "")).partition(":")
+        if worker_host == host and pid.isdigit() and not _alive(int(pid)):
+            study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
+            study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+            n += 1
+    return n
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, out: Path,
+            storage: str) -> tuple[SweepConfig, optuna.Study]:
+    """Reference, study, seeds, experiment and parent run for one collective: done once, by the driver."""
+    name = space.experiment_name(collective)
+    study_name = f"{request.study}-{collective}" if request.study and len(space.collectives) > 1 else (request.study or name)
+    sweeps = out / "sweeps"
+    sweeps.mkdir(parents=True, exist_ok=True)
+    graph = space.graph()
+
+    ref_path = sweeps / f"{study_name}.reference.json"
+    ref = load_reference(ref_path) if ref_path.is_file() else None
+    if ref is None or ref.sizes != space.sizes or ref.runner != request.runner:
+        measure = None
+        if request.runner != "sim":
+            from .evaluate import runner_times
+
+            def measure(algorithm):
+                return runner_times(algorithm, space.sizes, request.runner, request.runner_options)[0]
+        ref = compute_reference(graph, collective, space.sizes, request.runner, measure)
+        for base in ref.algorithms:
+            verify(ref.algorithm(base), graph)
+        save_reference(ref, ref_path)
+
+    study = optuna.create_study(study_name=study_name, storage=open_storage(storage), direction="minimize",
+                                sampler=make_sampler(request.sampler, request.seed), load_if_exists=True)
+    orphans = fail_orphans(study)
+    if orphans:
+        log.warning("%s: marked %d orphaned RUNNING trial(s) FAIL", study_name, orphans)
+    if not study.trials:
+        from ..sketch import default_sketch
+
+        seeds = list(space.seeds)
+        default = sketch_to_params(space, default_sketch(graph, collective))
+        if default:
+            seeds.insert(0, default)
+        for seed in seeds:
+            study.enqueue_trial(dict(seed), skip_if_exists=True)
+        study.set_user_attr("space", str(Path(space.source).resolve()))
+        study.set_user_attr("collective", collective)
+
+    target_tags = {"autotaccl.target": space.target_name, "autotaccl.collective": collective,
+                   "autotaccl.hardware": space.profile.name, "autotaccl.nodes": str(space.nodes)}
+    artifact_root = out / "mlartifacts" if request.tracking_uri is None else None
+    experiment_id = tracking.ensure_experiment(client, name, artifact_root, target_tags)
+    parent = study.user_attrs.get("mlflow_parent_run_id")
+    if parent and _run_exists(client, parent):
+        client.update_run(parent, status="RUNNING")
+    else:
+        parent = tracking.start_sweep_run(
+            client, experiment_id, f"sweep-{study_name}",
+            params={"space": Path(space.source).name, "sizes": ",".join(map(str, space.sizes)), "runner": request.runner,
+                    "sampler": request.sampler, "margin": request.margin, "seed": request.seed},
+            tags={**target_tags, "optuna.study": study_name, "optuna.storage": storage})
+        study.set_user_attr("mlflow_parent_run_id", parent)
+        _log_baselines(client, experiment_id, parent, ref, space, collective)
+
+    config = SweepConfig(space=str(Path(space.source).resolve()), collective=collective, out_dir=str(out),
+                         storage=storage, study_name=study_name, tracking_uri=client.tracking_uri,
+                         experiment_id=experiment_id, parent_run_id=parent, reference=str(ref_path),
+                         runner=request.runner, runner_options=dict(request.runner_options), margin=request.margin,
+                         synth_time_limit=request.synth_time_limit, trials=request.trials, timeout=request.timeout,
+                         sampler=request.sampler, seed=request.seed)
+    config.save(sweeps / f"{study_name}.json")
+    return config, study
+
+
+def _run_exists(client, run_id: str) -> bool:
+    try:
+        client.get_run(run_id)
+    except Exception:   # MlflowException(RESOURCE_DOES_NOT_EXIST): a new tracking store
+        return False
+    return True
+
+
+def _log_baselines(client, experiment_id: str, parent: str, ref: Reference, space: SearchSpace,
+                   collective: str) -> None:
+    import json
+
+    from ..algorithm import to_json
+    from ..collectives import make_collective
+
+    coll = make_collective(collective, space.profile.gpus_per_node * space.nodes)
+    for name, times in ref.times.items():
+        rows = [{"size": s, "time_us": t, "algbw": s / t / 1e3, "busbw": s / t / 1e3 * coll.busbw_factor,
+                 "bound_pct": 100 * s / t / 1e3 / b} for s, t, b in zip(ref.sizes, times, ref.bound_algbw)]
+        metrics = tracking.size_metrics(rows)
+        metrics.update({f"bound_busbw_GBps.{s}": b * coll.busbw_factor for s, b in zip(ref.sizes, ref.bound_algbw)})
+        tracking.log_run(client, experiment_id, f"baseline-{name}", parent_run_id=parent,
+                         params={"baseline": name, "collective": collective, "target": space.target_name,
+                                 "runner": ref.runner, "settings.protocol": "Simple", "settings.instances": 1},
+                         metrics=metrics,
+                         tags={tracking.KIND: "baseline", "baseline": name, "collective": collective,
+                               "target": space.target_name, "verified": "true", "state": "COMPLETE"},
+                         artifacts={"algorithm.json": json.dumps(to_json(ref.algorithm(name)))})
+
+
+def run_workers(config: SweepConfig, config_path: Path, study: optuna.Study, workers: int, remaining: int,
+                progress: bool) -> None:
+    """Run ``remaining`` trials: in this process (1 worker) or in ``workers`` processes on the same storage."""
+    if remaining <= 0:
+        return
+    if workers <= 1:
+        optimize(config, study, remaining, progress)
+        return
+    share = math.ceil(remaining / workers)
+    cmd = [sys.executable, "-m", "autotaccl.tuning.worker", str(config_path), "--n-trials", str(share)]
+    procs = [subprocess.Popen([*cmd, "--index", str(i)]) for i in range(workers)]
+    start = len([t for t in study.get_trials(deepcopy=False) if counted(t)])
+    bar = _bar(remaining, progress)
+    deadline = None if config.timeout is None else time.monotonic() + config.timeout + 300
+    try:
+        while any(p.poll() is None for p in procs):
+            if deadline is not None and time.monotonic() > deadline:
+                for p in procs:
+                    p.terminate()
+                break
+            time.sleep(1.0)
+            done = len([t for t in study.get_trials(deepcopy=False) if counted(t)]) - start
+            if bar is not None:
+                bar.n = min(done, remaining)
+                bar.refresh()
+    finally:
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        if bar is not None:
+            bar.close()
+    failed = [p.returncode for p in procs if p.returncode not in (0, None)]
+    if failed:
+        log.warning("%d worker(s) exited with status %s", len(failed), failed)
+
+
+def _bar(total: int, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="trials", unit="trial")
+
+
+def optimize(config: SweepConfig, study: optuna.Study, n_trials: int, progress: bool = False) -> None:
+    """The worker loop: stop after ``n_trials`` here, or once the study has ``config.trials`` counted trials."""
+    objective = Objective(config)
+    target = config.trials
+
+    def enough(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if len([t for t in study.get_trials(deepcopy=False) if counted(t)]) >= target:
+            study.stop()
+
+    study.optimize(objective, n_trials=n_trials, timeout=config.timeout, catch=(TrialFailed,), callbacks=[enough],
+                   show_progress_bar=progress, gc_after_trial=False)
+
+
+def summarize(study: optuna.Study, config: SweepConfig) -> StudySummary:
+    trials = study.get_trials(deepcopy=False)
+    counts = {s.name: sum(1 for t in trials if t.state == s) for s in TrialState}
+    ref = load_reference(Path(config.reference))
+    complete = [t for t in trials if t.state == TrialState.COMPLETE and "results" in t.user_attrs]
+    per_size = []
+    for i, size in enumerate(ref.sizes):
+        base_name, base_time = ref.best(i)
+        best = min(((t.user_attrs["results"][i]["time_us"], t) for t in complete), key=lambda x: x[0], default=None)
+        factor = (ref.sizes[i] / base_time / 1e3)
+        if best is not None and best[0] < base_time:
+            r = best[1].user_attrs["results"][i]
+            per_size.append(SizeWinner(size, f"trial {best[1].number}", r["time_us"], base_name, base_time,
+                                       r["busbw"], r["bound_pct"]))
+        else:
+            busbw_factor = (complete[0].user_attrs["results"][i]["busbw"] / complete[0].user_attrs["results"][i]["algbw"]
+                            if complete else 1.0)
+            per_size.append(SizeWinner(size, f"baseline:{base_name}", base_time, base_name, base_time,
+                                       factor * busbw_factor, 100 * factor / ref.bound_algbw[i]))
+    best_trial = min(complete, key=lambda t: t.value, default=None)
+    return StudySummary(config.study_name, config.collective, config.experiment_id, config.parent_run_id, counts,
+                        None if best_trial is None else best_trial.value,
+                        None if best_trial is None else best_trial.number, tuple(per_size))
+
+
+def finish_parent(client, summary: StudySummary) -> None:
+    metrics = {}
+    if summary.best_value is not None:
+        metrics["best_objective"] = summary.best_value
+    for w in summary.per_size:
+        metrics[f"best_time_us.{w.size}"] = w.time_us
+        metrics[f"speedup.{w.size}"] = w.speedup
+        metrics[f"best_bound_pct.{w.size}"] = w.bound_pct
+    for state, n in summary.counts.items():
+        metrics[f"trials_{state.lower()}"] = n
+    from mlflow.entities import Metric
+
+    ts = int(time.time() * 1000)
+    client.log_batch(summary.parent_run_id, metrics=[Metric(k, float(v), ts, 0) for k, v in metrics.items()])
+    client.set_terminated(summary.parent_run_id, "FINISHED")
+
+
+def tune(request: TuneRequest, collectives: Sequence[str] | None = None) -> list[StudySummary]:
+    """Run (or resume) one study per collective of the space; returns a summary per study."""
+    space = load_space(request.space)
+    if request.trials < 1:
+        raise InputError("--trials", str(request.trials), "a whole number >= 1")
+    if request.workers < 1:
+        raise InputError("--workers", str(request.workers), "a whole number >= 1")
+    make_sampler(request.sampler, request.seed)
+    chosen = list(collectives or space.collectives)
+    for c in chosen:
+        if c not in space.collectives:
+            raise InputError("--collective", c, f"one of the space's collectives: {', '.join(space.collectives)}")
+    out = Path(request.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    storage = storage_spec(request.storage, out)
+    uri = request.tracking_uri or tracking.default_tracking_uri(out)
+    client = tracking.init_store(uri)
+    summaries = []
+    for collective in chosen:
+        config, study = prepare(request, space, collective, client, out, storage)
+        done = len([t for t in study.get_trials(deepcopy=False) if counted(t)])
+        remaining = request.trials - done
+        log.info("%s: %d trial(s) done, %d to run", config.study_name, done, max(remaining, 0))
+        run_workers(config, out / "sweeps" / f"{config.study_name}.json", study, request.workers, remaining,
+                    request.progress)
+        summary = summarize(study, config)
+        finish_parent(client, summary)
+        summaries.append(summary)
+    return summaries

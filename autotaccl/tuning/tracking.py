@@ -1,0 +1,108 @@
+"""MLflow tracking for sweeps: one experiment per target, a parent run per sweep, a child run per trial.
+
+Measured on this machine (ecosystem.md §2): a fresh SQLite store takes seconds to create and races when
+several processes create it, so the driver creates the store and the experiments once and workers only
+log into them, by experiment id (never ``set_experiment``). A child run is written with one
+``log_batch`` (4x faster than per-value calls), and per-size values use one metric key per size
+(``busbw_GBps.1048576``) because ``search_runs`` shows only the last step of a key.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
+
+log = logging.getLogger(__name__)
+
+KIND = "autotaccl.kind"          # sweep | trial | baseline
+STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
+PER_SIZE = ("time_us", "algbw_GBps", "busbw_GBps", "relative", "bound_pct")
+
+
+def default_tracking_uri(out_dir: Path) -> str:
+    return f"sqlite:///{Path(out_dir).resolve() / 'mlflow.db'}"
+
+
+def init_store(uri: str) -> MlflowClient:
+    """Create (migrate) the store once, from the driver, before any worker touches it."""
+    client = MlflowClient(tracking_uri=uri)
+    client.search_experiments(max_results=1)
+    return client
+
+
+def ensure_experiment(client: MlflowClient, name: str, artifact_root: Path | None,
+                      tags: Mapping[str, str]) -> str:
+    existing = client.get_experiment_by_name(name)
+    if existing is not None:
+        return existing.experiment_id
+    location = (Path(artifact_root).resolve() / name).as_uri() if artifact_root else None
+    return client.create_experiment(name, artifact_location=location, tags=dict(tags))
+
+
+def flatten(data: Mapping[str, Any], prefix: str) -> dict[str, str]:
+    """``{"a": {"b": [1]}}`` -> ``{"prefix.a.b": "[1]"}`` (MLflow params are flat strings)."""
+    out: dict[str, str] = {}
+    for key, value in data.items():
+        name = f"{prefix}.{key}"
+        if isinstance(value, Mapping) and value and all(not str(k).isdigit() for k in value):
+            out.update(flatten(value, name))
+        else:
+            out[name] = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return out
+
+
+def size_metrics(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """One metric key per quantity and size: ``busbw_GBps.1048576``."""
+    names = {"time_us": "time_us", "algbw": "algbw_GBps", "busbw": "busbw_GBps", "relative": "relative",
+             "bound_pct": "bound_pct"}
+    out = {}
+    for row in rows:
+        for field, key in names.items():
+            if row.get(field) is not None:
+                out[f"{key}.{int(row['size'])}"] = float(row[field])
+    return out
+
+
+def log_run(client: MlflowClient, experiment_id: str, run_name: str, *, parent_run_id: str | None = None,
+            params: Mapping[str, Any] = {}, metrics: Mapping[str, float] = {}, tags: Mapping[str, str] = {},
+            artifacts: Mapping[str, str | bytes] = {}, state: str = "COMPLETE") -> str:
+    """One run: create, a single log_batch, artifacts (name -> text or bytes), terminate."""
+    run_tags = {MLFLOW_RUN_NAME: run_name, **{k: str(v) for k, v in tags.items()}}
+    if parent_run_id:
+        run_tags[MLFLOW_PARENT_RUN_ID] = parent_run_id
+    run = client.create_run(experiment_id, run_name=run_name, tags=run_tags)
+    run_id = run.info.run_id
+    ts = run.info.start_time
+    client.log_batch(run_id, metrics=[Metric(k, float(v), ts, 0) for k, v in metrics.items()],
+                     params=[Param(k, str(v)[:6000]) for k, v in params.items()], tags=[])
+    if artifacts:
+        with tempfile.TemporaryDirectory(prefix="autotaccl-artifacts-") as tmp:
+            for name, content in artifacts.items():
+                path = Path(tmp) / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if isinstance(content, bytes):
+                    path.write_bytes(content)
+                else:
+                    path.write_text(content)
+            client.log_artifacts(run_id, tmp)
+    client.set_terminated(run_id, STATUS.get(state, "FINISHED"))
+    return run_id
+
+
+def start_sweep_run(client: MlflowClient, experiment_id: str, name: str, params: Mapping[str, Any],
+                    tags: Mapping[str, str]) -> str:
+    run = client.create_run(experiment_id, run_name=name,
+                            tags={MLFLOW_RUN_NAME: name, KIND: "sweep", **{k: str(v) for k, v in tags.items()}})
+    client.log_batch(run.info.run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+    return run.info.run_id
+
+
+def runs_url(base: str, experiment_id: str) -> str:
+    """The runs table (MLflow 3.17 otherwise opens experiments in GenAI mode)."""
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs"

@@ -1,0 +1,50 @@
+"""Matplotlib (Agg) plots shared by the tracking artifacts and the HTML report: no display, no plotly."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from autotaccl.sizes import format_size  # noqa: E402
+
+
+def busbw_figure(series: Mapping[str, tuple[Sequence[int], Sequence[float]]], title: str,
+                 styles: Mapping[str, str] | None = None):
+    """busbw (GB/s) against buffer size (log2 x axis), one line per label."""
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
+    styles = styles or {}
+    for label, (sizes, values) in series.items():
+        ax.plot(list(sizes), list(values), styles.get(label, "o-"), label=label, markersize=3)
+    ax.set_xscale("log", base=2)
+    sizes = sorted({s for xs, _ in series.values() for s in xs})
+    if sizes:
+        ticks = sizes if len(sizes) <= 12 else sizes[:: max(1, len(sizes) // 10)]
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([format_size(s) for s in ticks], rotation=45, fontsize=8)
+    ax.set_xlabel("buffer size (bytes)")
+    ax.set_ylabel("busbw (GB/s)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def save_png(fig, path: Path) -> Path:
+    path = Path(path)
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    return path
+
+
+def png_bytes(fig) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
