@@ -1,0 +1,1 @@
+"""Lowering the IR to MSCCL XML (and, via :mod:`autotaccl.xmlcheck`, checking and importing XML)."""

@@ -1,0 +1,309 @@
+"""Symbolic replay of an MSCCL program (§4.3), as the runtime executes it.
+
+Values are labels: a sorted tuple of contributions ``(0, rank, index)`` of input chunks (a multiset, so
+reductions that miss or double-count a term show), or ``(1, rank, buffer, index)`` for memory nobody
+wrote. Thread blocks run their (nop-folded, ``re``-fused) operations in a random interleaving; a step
+runs once its dependencies are published, a receive once a message waits, a send once its connection
+holds fewer than ``FIFO_CAP`` messages. Vector clocks (program order, dependency waits from the
+earliest satisfying publish, send -> receive) flag every pair of conflicting accesses to one memory
+cell that no happens-before orders, whatever the interleaving.
+"""
+from __future__ import annotations
+
+import bisect
+import random
+from collections import deque
+from dataclasses import dataclass
+
+from ..lowering.program import Program
+from .report import Problem
+from .static import buffer_sizes
+
+FIFO_CAP = 2
+_BUF = {"i": 0, "o": 1, "s": 2}
+_NAMES = "ios"
+
+
+@dataclass
+class Op:
+    """One runtime operation: a real step with the dependencies of the nops folded into it."""
+    kind: str
+    srcbuf: str
+    srcoffs: tuple[int, ...]   # several for a fused re chain
+    dstbuf: str
+    dstoff: int
+    cnt: int
+    deps: tuple[tuple[int, int], ...]
+    hasdep: bool
+    pub: int                   # the step counter it publishes
+    s: int                     # XML step index (of the last fused step)
+    line: int
+
+
+def fold(tb) -> list[Op]:
+    """The runtime's view of a thread block: nops folded into the next real step, ``re`` chains fused."""
+    ops: list[Op] = []
+    pending: list[tuple[int, int]] = []
+    counter = 0
+    chain_open = False
+    for step in tb.steps:
+        if step.type == "nop":
+            if step.depid >= 0:
+                pending.append((step.depid, step.deps))
+            chain_open = False
+            continue
+        own = [(step.depid, step.deps)] if step.depid >= 0 else []
+        last = ops[-1] if ops else None
+        if (step.type == "re" and chain_open and last is not None and not pending and not own
+                and last.dstbuf == step.dstbuf and last.dstoff == step.dstoff and last.srcbuf == step.srcbuf
+                and len(last.srcoffs) < 16):
+            last.srcoffs += (step.srcoff,)
+            last.pub, last.s, last.line, last.hasdep = counter, step.s, step.line, bool(step.hasdep)
+            counter += 1
+            chain_open = not step.hasdep
+            continue
+        deps = tuple(pending + own)
+        counter += max(len(deps) - 1, 0)
+        ops.append(Op(step.type, step.srcbuf, (step.srcoff,), step.dstbuf, step.dstoff, step.cnt, deps,
+                      bool(step.hasdep), counter, step.s, step.line))
+        counter += 1
+        pending = []
+        chain_open = step.type == "re" and not step.hasdep
+    return ops
+
+
+def describe(value: tuple) -> str:
+    if not value:
+        return "nothing"
+    parts = []
+    for c in value:
+        parts.append(f"i_{c[1]}[{c[2]}]" if c[0] == 0 else f"unwritten {_NAMES[c[2]]}[{c[3]}] of rank {c[1]}")
+    return "+".join(parts)
+
+
+class Replay:
+    """One mode (``inplace`` or ``outofplace``) of one program; :meth:`run` replays one interleaving."""
+
+    def __init__(self, program: Program, coll: str, mode: str) -> None:
+        self.program, self.coll, self.mode = program, coll, mode
+        self.n, self.N = program.ngpus, program.nchunksperloop
+        self.B = self.N // self.n
+        self.real_in, self.real_out = buffer_sizes(coll, self.N, self.n)
+        self.tbs = [(g.id, tb) for g in program.gpus for tb in g.tbs]
+        self.gid = {(r, tb.id): k for k, (r, tb) in enumerate(self.tbs)}
+        self.ops = [fold(tb) for _, tb in self.tbs]
+
+    # ------------------------------------------------------------------ memory model
+    def canon(self, rank: int, buf: str, off: int) -> tuple[int, int, int]:
+        """The memory cell ``buf[off]`` of ``rank`` names, after §1.6 aliasing in in-place mode."""
+        b = _BUF[buf]
+        if self.mode == "inplace":
+            if self.coll == "allgather" and buf == "i":
+                return rank, 1, rank * self.B + off
+            if self.coll == "reducescatter" and buf == "o":
+                return rank, 0, rank * self.B + off
+            if self.coll not in ("allgather", "reducescatter") and buf == "o":
+                return rank, 0, off
+        return rank, b, off
+
+    def initial(self) -> dict:
+        mem = {}
+        for r in range(self.n):
+            for j in range(self.real_in):
+                mem[self.canon(r, "i", j)] = ((0, r, j),)
+        return mem
+
+    def expected(self, rank: int, k: int, root: int) -> tuple | None:
+        n, B, c = self.n, self.B, self.coll
+        if c == "allgather":
+            return ((0, k // B, k % B),)
+        if c == "alltoall":
+            return ((0, k // B, rank * B + k % B),)
+        if c == "allreduce":
+            return tuple((0, q, k) for q in range(n))
+        if c == "reducescatter":
+            return tuple((0, q, rank * B + k) for q in range(n))
+        if c == "broadcast":
+            return ((0, root, k),)
+        if c == "reduce":
+            return tuple((0, q, k) for q in range(n)) if rank == root else None
+        return None
+
+    # ------------------------------------------------------------------ execution
+    def run(self, seed: int | None, races: bool = True, on_message=None) -> Problem | None:
+        """Replay one interleaving (``seed`` None: always the first runnable thread block); the first problem."""
+        rng = random.Random(seed)
+        T = len(self.tbs)
+        mem = self.initial()
+        writer: dict = {}
+        pc = [0] * T
+        flag = [-1] * T
+        pubs: list[list[int]] = [[] for _ in range(T)]
+        pub_vc: list[list[list[int]]] = [[] for _ in range(T)]
+        vc = [[0] * T for _ in range(T)]
+        fifo: dict[tuple[int, int, int], deque] = {}
+        last_write: dict = {}
+        reads: dict = {}
+        mode = self.mode
+
+        def where(g: int, op: Op) -> dict:
+            r, tb = self.tbs[g]
+            return dict(rank=r, tb=tb.id, step=op.s, line=op.line, mode=mode)
+
+        def blocked(g: int) -> str | None:
+            r, tb = self.tbs[g]
+            op = self.ops[g][pc[g]]
+            for depid, deps in op.deps:
+                h = self.gid[(r, depid)]
+                if flag[h] < deps:
+                    return f"waits for tb {depid} to publish step {deps} (it published {flag[h]})"
+            if op.kind in ("r", "rcs", "rrs", "rrc", "rrcs"):
+                q = fifo.get((tb.recv, r, tb.chan))
+                if not q:
+                    return f"waits for a message from rank {tb.recv} on channel {tb.chan}"
+            if op.kind in ("s", "rcs", "rrs", "rrcs"):
+                q = fifo.get((r, tb.send, tb.chan))
+                if q is not None and len(q) >= FIFO_CAP:
+                    return f"cannot send to rank {tb.send} on channel {tb.chan}: {len(q)} messages not received"
+            return None
+
+        def access(g: int, op: Op, cells, write: bool) -> Problem | None:
+            if not races:
+                return None
+            clock = vc[g]
+            for cell in cells:
+                w = last_write.get(cell)
+                if w is not None and w[0] != g and clock[w[0]] < w[1]:
+                    return self._race(cell, w, g, op, write, mode)
+                if write:
+                    for h, (c, s, line) in reads.get(cell, {}).items():
+                        if h != g and clock[h] < c:
+                            return self._race(cell, (h, c, s, line), g, op, True, mode, other_reads=True)
+            for cell in cells:
+                if write:
+                    last_write[cell] = (g, clock[g], op.s, op.line)
+                    reads.pop(cell, None)
+                else:
+                    reads.setdefault(cell, {})[g] = (clock[g], op.s, op.line)
+            return None
+
+        unfinished = [g for g in range(T) if self.ops[g]]
+        while unfinished:
+            ready = [g for g in unfinished if blocked(g) is None]
+            if not ready:
+                g = unfinished[0]
+                op = self.ops[g][pc[g]]
+                return Problem(f"deadlock: {blocked(g)} ({len(unfinished)} thread blocks stuck)", **where(g, op))
+            g = ready[0] if seed is None else rng.choice(ready)
+            r, tb = self.tbs[g]
+            op = self.ops[g][pc[g]]
+            mine = vc[g]
+            for depid, deps in op.deps:
+                h = self.gid[(r, depid)]
+                k = bisect.bisect_left(pubs[h], deps)
+                other = pub_vc[h][k]
+                for i in range(T):
+                    if other[i] > mine[i]:
+                        mine[i] = other[i]
+            incoming = None
+            if op.kind in ("r", "rcs", "rrs", "rrc", "rrcs"):
+                incoming, cnt, sent_vc, sender = fifo[(tb.recv, r, tb.chan)].popleft()
+                if cnt != op.cnt:
+                    return Problem(f"receives cnt={op.cnt} but rank {tb.recv} tb {sender[0]} step {sender[1]} "
+                                   f"sent cnt={cnt}", **where(g, op))
+                for i in range(T):
+                    if sent_vc[i] > mine[i]:
+                        mine[i] = sent_vc[i]
+            mine[g] += 1
+            cnt = op.cnt
+            src = [self.canon(r, op.srcbuf, off + j) for off in op.srcoffs for j in range(cnt)]
+            dst = [self.canon(r, op.dstbuf, op.dstoff + j) for j in range(cnt)]
+            out = None
+            kind = op.kind
+            if kind == "s":
+                out = [mem.get(c, ((1,) + c,)) for c in src]
+                problem = access(g, op, src, False)
+            elif kind in ("r", "rcs"):
+                value = incoming
+                problem = access(g, op, dst, True)
+                out = incoming if kind == "rcs" else None
+            elif kind in ("rrs", "rrc", "rrcs"):
+                value = [tuple(sorted(a + mem.get(c, ((1,) + c,)))) for a, c in zip(incoming, src)]
+                problem = access(g, op, src, False) or (access(g, op, dst, True) if kind != "rrs" else None)
+                out = value if kind != "rrc" else None
+            elif kind == "cpy":
+                value = [mem.get(c, ((1,) + c,)) for c in src]
+                problem = access(g, op, src, False)
+                if src == dst:       # in-place identity copy: memory does not change
+                    kind = "identity"
+                elif problem is None:
+                    problem = access(g, op, dst, True)
+            else:  # re, possibly fused: dst = dst + every source
+                value = [mem.get(c, ((1,) + c,)) for c in dst]
+                for k in range(len(op.srcoffs)):
+                    part = src[k * cnt:(k + 1) * cnt]
+                    value = [tuple(sorted(a + mem.get(c, ((1,) + c,)))) for a, c in zip(value, part)]
+                problem = access(g, op, src + dst, False) or access(g, op, dst, True)
+            if problem is not None:
+                return problem
+            if kind in ("r", "rcs", "rrc", "rrcs", "cpy", "re"):
+                for c, v in zip(dst, value):
+                    mem[c] = v
+                    writer[c] = (r, tb.id, op.s, op.line)
+            if out is not None:
+                key = (r, tb.send, tb.chan)
+                fifo.setdefault(key, deque()).append((out, cnt, list(mine), (tb.id, op.s)))
+                if on_message is not None:
+                    on_message(r, tb.send, tb.chan, out)
+            if op.hasdep:
+                flag[g] = op.pub
+                pubs[g].append(op.pub)
+                pub_vc[g].append(list(mine))
+            pc[g] += 1
+            if pc[g] == len(self.ops[g]):
+                unfinished.remove(g)
+        for (src_rank, dst_rank, chan), q in sorted(fifo.items()):
+            if q:
+                return Problem(f"{len(q)} message(s) to rank {dst_rank} on channel {chan} are never received",
+                               rank=src_rank, mode=mode)
+        return self._postcondition(mem, writer)
+
+    def _race(self, cell, other, g, op, write, mode, other_reads=False) -> Problem:
+        r, tb = self.tbs[g]
+        h, _, s, line = other
+        _, other_tb = self.tbs[h]
+        what = "reads" if other_reads else "writes"
+        return Problem(f"race on {_NAMES[cell[1]]}[{cell[2]}]: tb {other_tb.id} step {s} (line {line}) {what} it and "
+                       f"this step {'writes' if write else 'reads'} it with no dependency ordering them",
+                       rank=r, tb=tb.id, step=op.s, line=op.line, mode=mode)
+
+    def _postcondition(self, mem, writer) -> Problem | None:
+        roots = [0]
+        if self.coll in ("broadcast", "reduce"):
+            roots = list(range(self.n))
+        first = None
+        for root in roots:
+            for r in range(self.n):
+                for k in range(self.real_out):
+                    want = self.expected(r, k, root)
+                    if want is None:
+                        continue
+                    cell = self.canon(r, "o", k)
+                    got = mem.get(cell, ((1,) + cell,))
+                    if got != want:
+                        w = writer.get(cell)
+                        at = dict(rank=r, mode=self.mode)
+                        if w:
+                            at.update(tb=w[1], step=w[2], line=w[3])
+                        note = f" (last written by tb {w[1]} step {w[2]})" if w else " (never written)"
+                        problem = Problem(f"output o[{k}] of rank {r} ends as {describe(got)} but {self.coll} needs "
+                                          f"{describe(want)}{note}", **at)
+                        if first is None:
+                            first = problem
+                        break
+                else:
+                    continue
+                break
+            else:
+                return None
+        return first
