@@ -1,0 +1,153 @@
+"""`autotaccl tune`: real Optuna journal storage, real MLflow SQLite store, the sim runner, real synthesis."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+from autotaccl.cli import main
+from autotaccl.tuning.sweep import TuneRequest, tune
+
+SIZES = [1024, 65536, 4194304]
+SPACE = {
+    "target": {"hardware": "ndv2", "nodes": 2, "collective": "allgather"},
+    "sizes": "1K,64K,4M",
+    "fixed": {"engine": "greedy"},
+    "parameters": {
+        "internode_conn": {"type": "categorical", "choices": ["relay", "direct-map"]},
+        "relay_map": {"type": "categorical", "choices": ["0:1", "1:0"], "when": {"internode_conn": "relay"}},
+        "chunkup": {"type": "int", "low": 1, "high": 2},
+        "protocol": {"type": "categorical", "choices": ["Simple", "LL"]},
+    },
+    "seeds": [{"internode_conn": "relay", "relay_map": "0:1", "chunkup": 1, "protocol": "Simple"}],
+}
+
+
+def write_space(tmp_path: Path, data=SPACE) -> Path:
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def runs(out: Path, name: str = "ndv2x2-allgather"):
+    mlflow.set_tracking_uri(f"sqlite:///{out / 'mlflow.db'}")
+    return mlflow.search_runs(experiment_names=[name])
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sweep")
+    space = write_space(tmp)
+    out = tmp / "runs"
+    request = TuneRequest(space=str(space), trials=3, out=str(out), sampler="random", seed=7, progress=False)
+    first = tune(request)
+    return tmp, space, out, request, first
+
+
+def test_sweep_records_every_trial_in_mlflow(sweep):
+    _, _, out, _, (summary,) = sweep
+    df = runs(out)
+    kinds = df["tags.autotaccl.kind"].value_counts().to_dict()
+    assert kinds["sweep"] == 1
+    assert kinds["trial"] == 3
+    assert kinds["baseline"] >= 2               # ring, hierarchical, direct apply to AllGather on ndv2x2
+    parent = df[df["tags.autotaccl.kind"] == "sweep"].run_id.iloc[0]
+    children = df[df["tags.autotaccl.kind"] != "sweep"]
+    assert (children["tags.mlflow.parentRunId"] == parent).all()
+    trials = df[df["tags.autotaccl.kind"] == "trial"]
+    for column in ("params.internode_conn", "params.chunkup", "params.sketch.hyperparameters.input_chunkup",
+                   "params.settings.protocol", "tags.sketch_key", "tags.state", "tags.solver_status"):
+        assert trials[column].notna().all(), column
+    for size in SIZES:                          # one metric column per size, as search_runs shows them
+        for key in ("time_us", "algbw_GBps", "busbw_GBps", "bound_pct"):
+            assert trials[f"metrics.{key}.{size}"].notna().all(), (key, size)
+    ok = trials[trials["tags.state"] == "COMPLETE"]
+    assert len(ok) == summary.counts["COMPLETE"] >= 1
+    client = mlflow.MlflowClient()
+    names = {a.path for a in client.list_artifacts(ok.run_id.iloc[0])}
+    assert {"sketch.json", "algorithm.json", "measurements.csv", "busbw.png"} <= names
+    sketch = json.loads(Path(client.download_artifacts(ok.run_id.iloc[0], "sketch.json", str(out))).read_text())
+    assert sketch["nnodes"] == 2
+
+
+def test_objective_is_geomean_of_time_relative_to_best_baseline(sweep):
+    _, _, out, request, (summary,) = sweep
+    study = optuna.load_study(study_name="ndv2x2-allgather",
+                              storage=optuna.storages.JournalStorage(
+                                  optuna.storages.journal.JournalFileBackend(str(out / "optuna.journal"))))
+    baselines = runs(out)
+    baselines = baselines[baselines["tags.autotaccl.kind"] == "baseline"]
+    for t in study.get_trials(states=(TrialState.COMPLETE,)):
+        rel = []
+        for r in t.user_attrs["results"]:
+            best = baselines[f"metrics.time_us.{r['size']}"].min()
+            assert r["baseline_time_us"] == pytest.approx(best)
+            rel.append(r["time_us"] / best)
+        geomean = 1.0
+        for x in rel:
+            geomean *= x
+        assert t.value == pytest.approx(geomean ** (1 / len(rel)))
+    # the summary's per-size winner is really the fastest trial or baseline at that size
+    for w in summary.per_size:
+        times = [t.user_attrs["results"][SIZES.index(w.size)]["time_us"]
+                 for t in study.get_trials(states=(TrialState.COMPLETE,))]
+        assert w.time_us == pytest.approx(min(times + [w.baseline_time_us]))
+
+
+def test_resume_with_two_workers_does_not_repeat_finished_trials(sweep):
+    tmp, space, out, request, (first,) = sweep
+    study_name = "ndv2x2-allgather"
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / "optuna.journal")))
+    before = {t.number: (t.params, t.datetime_complete) for t in optuna.load_study(study_name=study_name,
+                                                                                     storage=storage).trials}
+    code = subprocess.run([sys.executable, "-m", "autotaccl.cli", "tune", "--space", str(space), "--trials", "5",
+                           "--workers", "2", "--out", str(out), "--sampler", "random", "--seed", "8",
+                           "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert code.returncode == 0, code.stderr
+    study = optuna.load_study(study_name=study_name, storage=storage)
+    finished = [t for t in study.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)]
+    assert 5 <= len(finished) <= 6              # 2 more trials, at most one overshoot between the two workers
+    for t in study.trials:                      # the first three trials were not run again
+        if t.number in before:
+            assert (t.params, t.datetime_complete) == before[t.number]
+    df = runs(out)
+    trial_runs = df[df["tags.autotaccl.kind"] == "trial"]
+    assert len(trial_runs) == len(finished)
+    assert trial_runs["tags.optuna.trial"].is_unique
+    assert (df["tags.autotaccl.kind"] == "sweep").sum() == 1        # the same parent run was resumed
+    assert sorted(trial_runs["tags.optuna.trial"].astype(int)) == sorted(t.number for t in finished)
+    assert "ndv2x2-allgather" in code.stdout
+
+
+def test_repeated_configuration_hits_the_synthesis_cache(tmp_path):
+    data = dict(SPACE, parameters={"protocol": {"type": "categorical", "choices": ["Simple", "LL", "LL128"]}},
+                fixed={"engine": "greedy", "internode_conn": "relay", "relay_map": "1:0"}, seeds=[])
+    out = tmp_path / "runs"
+    request = TuneRequest(space=str(write_space(tmp_path, data)), trials=3, out=str(out), sampler="bruteforce",
+                          seed=0, progress=False)
+    (summary,) = tune(request)
+    assert summary.counts["COMPLETE"] == 3
+    trials = runs(out)
+    trials = trials[trials["tags.autotaccl.kind"] == "trial"]
+    assert sorted(trials["params.protocol"]) == ["LL", "LL128", "Simple"]
+    assert trials["tags.sketch_key"].nunique() == 1   # protocol is a lowering knob: one sketch
+    assert sorted(trials["tags.cache_hit"]) == ["false", "true", "true"]
+    assert len(list((out / "cache").glob("*.json"))) == 1
+    times = trials[[f"metrics.time_us.{s}" for s in SIZES]].drop_duplicates()
+    assert len(times) == 1                            # the cached algorithm measures the same
+
+
+def test_bad_space_is_one_line_and_exit_2(tmp_path, capsys):
+    data = dict(SPACE, parameters={"chunkup": {"type": "int", "low": 3, "high": 1}})
+    path = write_space(tmp_path, data)
+    assert main(["tune", "--space", str(path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"{path}: parameters.chunkup.low" in err
+    assert not (tmp_path / "o").exists()             # validated before anything was created
