@@ -37,3 +37,18 @@ class Solution:
     @property
     def has_values(self) -> bool:
         return self.values is not None
+
+
+class NoSolutionError(RuntimeError):
+    """The solver stopped (time limit) before it found any feasible solution."""
+
+
+@dataclass(frozen=True)
+class StageReport:
+    """What one synthesis stage cost: wall time, model size, how it ended and which solver ran it."""
+    seconds: float
+    variables: int
+    constraints: int
+    status: str          # optimal | time_limit | heuristic | ...
+    solver: str          # highs | gurobi | heuristic name
+    message: str = ""

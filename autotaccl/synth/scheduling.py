@@ -1,0 +1,227 @@
+"""Stage 3: exact send times and network batching for a fixed routing and order (taccl.md §6, fixed).
+
+Given the routing's transfers and stage 2's order on every capacity arc, the MILP chooses start
+times ``t_s`` so that
+
+* a transfer starts after its chunk arrived (the parent transfer ended);
+* consecutive transfers on each arc do not overlap (a chain of consecutive pairs, not all pairs);
+* on links of a batching kind (default: network links), consecutive chunks may form one transfer of
+  at most ``batch_window`` chunks costing ``alpha + k * beta``. Unlike the reference, batched chunks
+  really share one start time and one end time (the reference never emits that coupling);
+* the makespan ``T`` bounds every end.
+
+The list schedule of stage 2 is the MIP start and also an upper bound ``H`` for every time variable,
+which keeps the indicator (big-M) rows tight. The result is an :class:`~autotaccl.algorithm.Algorithm`
+in start-time order with ``start_us`` set.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from ..algorithm import Algorithm, Transfer, renumber_steps, verify
+from ..milp import Model, SolverOptions, solve
+from ..milp.solution import StageReport
+from .logical import LogicalTopology
+from .ordering import Ordering
+from .routing import Routing, Send
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ScheduleOptions:
+    milp: SolverOptions = SolverOptions()
+    contiguity: bool = True                 # may batch consecutive chunks on a link into one transfer
+    batch_window: int = 6                   # at most this many chunks per batch (TACCL's max_contig)
+    batch_kinds: tuple[str, ...] = ("net",)  # link kinds that batch
+    serialize_branches: bool = False        # a chunk's sends out of one rank never overlap (combine)
+    # weight of the busiest arc's load (alpha saved by batching included) next to the makespan: large
+    # buffers run as a pipeline of slices whose time is set by that load, so it is what they pay for
+    throughput_weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class Schedule:
+    algorithm: Algorithm
+    makespan: float
+    report: StageReport
+
+
+def schedule(lt: LogicalTopology, routing: Routing, ordering: Ordering,
+             options: ScheduleOptions = ScheduleOptions()) -> Schedule:
+    """Stage 3: solve the contiguity MILP; returns the algorithm and its planned makespan."""
+    began = time.perf_counter()
+    sends = list(routing.sends)
+    cost = {s: lt.cost_us(s[1], s[2]) for s in sends}
+    beta = {s: cost[s] - lt.graph.edges[s[1], s[2]]["alpha_us"] for s in sends}
+    parent = {(c, v): (c, u, v) for c, u, v in sends}
+    horizon = ordering.makespan * (1 + 1e-9) + 1e-6
+
+    pairs = _batch_pairs(lt, ordering, options) if options.contiguity and options.batch_window > 1 else []
+    batched = {s for p in pairs for s in p}
+
+    m = Model("schedule")
+    t_col = {s: m.add_var(0.0, horizon, name="t") for s in sends}
+    e_col = {s: m.add_var(0.0, horizon, name="e") for s in sends if s in batched}
+    w_col = {s: m.add_var(0.0, horizon, name="w") for s in sends if s in batched}
+    z_col = {p: m.add_var(kind="B", name="z") for p in pairs}
+    T = m.add_var(0.0, horizon, name="T")
+
+    def end(s: Send) -> tuple[list[int], list[float], float]:
+        """``end(s) = cols . coefs + const``."""
+        if s in e_col:
+            return [e_col[s]], [1.0], 0.0
+        return [t_col[s]], [1.0], cost[s]
+
+    def at_least(later: Send, earlier: Send) -> None:
+        """t_later >= end(earlier)."""
+        cols, coefs, const = end(earlier)
+        m.add_row([t_col[later]] + cols, [1.0] + [-v for v in coefs], ">=", const)
+
+    for s in sends:
+        p = parent.get((s[0], s[1]))
+        if p is not None:
+            at_least(s, p)
+        cols, coefs, const = end(s)
+        m.add_row([T] + cols, [1.0] + [-v for v in coefs], ">=", const)
+        if s in batched:
+            m.add_row([w_col[s], t_col[s]], [1.0, -1.0], ">=", cost[s])
+            m.add_row([e_col[s], w_col[s]], [1.0, -1.0], ">=", 0.0)
+
+    chained: set[tuple[Send, Send]] = set()
+    for segs in ordering.resource_order.values():
+        for a, b in zip(segs, segs[1:]):
+            if (a, b) in chained:
+                continue
+            chained.add((a, b))
+            if (a, b) in z_col:
+                z = z_col[(a, b)]
+                m.add_row([t_col[b], t_col[a]], [1.0, -1.0], ">=", 0.0)
+                m.add_indicator(z, 1, [t_col[b], t_col[a]], [1.0, -1.0], "<=", 0.0)     # one start
+                m.add_indicator(z, 0, [t_col[b], e_col[a]], [1.0, -1.0], ">=", 0.0)     # or after a's batch
+                m.add_indicator(z, 1, [w_col[b], w_col[a]], [1.0, -1.0], ">=", beta[b])  # alpha + k beta
+                m.add_indicator(z, 1, [e_col[a], e_col[b]], [1.0, -1.0], ">=", 0.0)     # one end
+            else:
+                at_least(b, a)
+    if options.serialize_branches:
+        by_origin: dict[tuple[int, int], list[Send]] = {}
+        for s in sends:
+            by_origin.setdefault((s[0], s[1]), []).append(s)
+        for segs in by_origin.values():
+            segs.sort(key=lambda s: (ordering.start[s], s))
+            for a, b in zip(segs, segs[1:]):
+                if (a, b) not in chained:
+                    at_least(b, a)
+    # at most batch_window chunks per batch: no window of that many consecutive links all "together"
+    run = _runs(pairs)
+    w = options.batch_window
+    for chain in run:
+        for i in range(len(chain) - w + 1):
+            window = [z_col[p] for p in chain[i:i + w]]
+            m.add_row(window, [1.0] * w, "<=", w - 1)
+
+    # objective: makespan + weight * busiest arc load, then (tie-break) fewer transfers and earlier starts
+    unit = min(cost.values()) if cost else 1.0
+    obj = {T: 1.0}
+    if options.throughput_weight > 0:
+        L = m.add_var(0.0, horizon, name="L")
+        obj[L] = options.throughput_weight
+        saved: dict[object, list[tuple[int, float]]] = {}
+        for (a, b), z in z_col.items():
+            for arc in lt.resources(a[1], a[2]):
+                saved.setdefault(arc, []).append((z, cost[b] - beta[b]))
+        seen = set()
+        for arc, segs in ordering.resource_order.items():
+            key = (tuple(segs), tuple(saved.get(arc, ())))
+            if key in seen:
+                continue
+            seen.add(key)
+            zs = saved.get(arc, [])
+            m.add_row([L] + [z for z, _ in zs], [1.0] + [a for _, a in zs], ">=", sum(cost[s] for s in segs))
+    for z in z_col.values():
+        obj[z] = -1e-3 * unit
+    for s in sends:
+        obj[t_col[s]] = 1e-6
+    m.set_objective(list(obj), list(obj.values()))
+    start = {t_col[s]: ordering.start[s] for s in sends}
+    for s in batched:
+        start[e_col[s]] = start[w_col[s]] = ordering.start[s] + cost[s]
+    start.update({z: 0.0 for z in z_col.values()})
+    start[T] = ordering.makespan
+    if options.throughput_weight > 0:
+        start[L] = max(sum(cost[s] for s in segs) for segs in ordering.resource_order.values())
+    m.set_start(list(start), list(start.values()))
+
+    sol = solve(m, options.milp)
+    if sol.values is None:
+        # the list schedule is feasible; keep it rather than fail
+        log.warning("scheduling: %s; using the stage-2 list schedule", sol.message)
+        times, together, makespan = dict(ordering.start), set(), ordering.makespan
+        status = "time_limit" if sol.status == "error" else sol.status
+    else:
+        v = sol.values
+        times = {s: float(v[t_col[s]]) for s in sends}
+        together = {p for p, z in z_col.items() if v[z] > 0.5}
+        makespan, status = float(v[T]), sol.status
+    algorithm = _algorithm(lt, sends, times, together, makespan)
+    verify(algorithm, lt.graph)
+    report = StageReport(time.perf_counter() - began, sol.variables, sol.constraints, status, sol.solver, sol.message)
+    log.info("scheduling: makespan %.1f us (list schedule %.1f), %d batched pairs, %s",
+             makespan, ordering.makespan, len(together), report)
+    return Schedule(algorithm, makespan, report)
+
+
+def _batch_pairs(lt: LogicalTopology, ordering: Ordering, options: ScheduleOptions) -> list[tuple[Send, Send]]:
+    """Consecutive transfers on one batching link that are also adjacent on every arc the link holds."""
+    by_link: dict[tuple[int, int], list[Send]] = {}
+    for s in ordering.start:
+        if lt.graph.edges[s[1], s[2]]["kind"] in options.batch_kinds:
+            by_link.setdefault((s[1], s[2]), []).append(s)
+    nxt: dict[object, dict[Send, Send]] = {arc: dict(zip(segs, segs[1:])) for arc, segs in ordering.resource_order.items()}
+    pairs = []
+    for (u, v), segs in sorted(by_link.items()):
+        segs.sort(key=lambda s: (ordering.start[s], s))
+        arcs = lt.resources(u, v)
+        for a, b in zip(segs, segs[1:]):
+            if all(nxt[arc].get(a) == b for arc in arcs):
+                pairs.append((a, b))
+    return pairs
+
+
+def _runs(pairs: list[tuple[Send, Send]]) -> list[list[tuple[Send, Send]]]:
+    """Group pairs (a, b), (b, c), ... into chains."""
+    after = {a: (a, b) for a, b in pairs}
+    heads = {a for a, _ in pairs} - {b for _, b in pairs}
+    out = []
+    for h in sorted(heads):
+        chain, cur = [], h
+        while cur in after:
+            chain.append(after[cur])
+            cur = after[cur][1]
+        out.append(chain)
+    return out
+
+
+def _algorithm(lt: LogicalTopology, sends: list[Send], times: dict[Send, float], together: set, makespan: float
+               ) -> Algorithm:
+    """Transfers in start order; a run of batched sends is one transfer carrying all its chunks."""
+    follow = {a: b for a, b in together}
+    led = {b for _, b in together}
+    transfers = []
+    for s in sends:
+        if s in led:
+            continue
+        chunks, cur = [s[0]], s
+        while cur in follow:
+            cur = follow[cur]
+            chunks.append(cur[0])
+        transfers.append((times[s], s, tuple(chunks)))
+    transfers.sort(key=lambda x: (round(x[0], 6), x[1]))
+    steps = {t: i for i, t in enumerate(sorted({round(x[0], 6) for x in transfers}))}
+    out = [Transfer(chunks, s[1], s[2], steps[round(t, 6)], start_us=max(0.0, t)) for t, s, chunks in transfers]
+    coll = lt.collective
+    name = f"{coll.name}-{lt.graph.graph.get('name', 'topology')}-milp"
+    meta = {"synthesizer": "autotaccl-milp", "makespan_us": round(makespan, 6), "chunk_bytes": lt.chunk_bytes}
+    return Algorithm(name, coll, renumber_steps(out), lt.graph.graph.get("name", ""), meta)
