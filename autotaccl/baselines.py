@@ -329,7 +329,8 @@ def _ranks(graph: nx.DiGraph) -> int:
 def _build_ring(graph: nx.DiGraph, name: str, channels: int) -> Algorithm:
     R = _ranks(graph)
     lay = _layout(graph)
-    rings = [lay.ring(i) if i % 2 == 0 else lay.ring(i)[::-1] for i in range(channels)]
+    # channels 2m and 2m+1 run opposite ways through the m-th crossing: each leaves a node by another GPU's NIC
+    rings = [lay.ring(i - i % 2)[::1 - 2 * (i % 2)] for i in range(channels)]
     for ring in rings:
         _check(graph, ring)
     if name == "broadcast":
