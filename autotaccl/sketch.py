@@ -409,10 +409,8 @@ def logical_topology(graph: nx.DiGraph, collective: str | Collective, sketch: Sk
             for g in gpus:
                 carriers.setdefault(g, set()).add(s)
         for c in range(coll.num_chunks):
-            pre = coll.precondition(c)
-            if len(pre) != 1:
-                continue   # reductions: every rank contributes; routes come from the reversed AllGather
-            (owner,) = pre
+            # reductions run the AllGather backwards: slot c is gathered at (and scattered from) rank c // chunkup
+            owner = c // coll.chunkup if coll.is_reduction else min(coll.precondition(c))
             if owner % gpn in carriers:
                 base = owner - owner % gpn
                 senders[c] = frozenset(base + s for s in carriers[owner % gpn])

@@ -1,0 +1,8 @@
+"""Synthesis: a sketch-restricted logical topology in, a verified :class:`~autotaccl.algorithm.Algorithm` out.
+
+``synthesize(graph, collective, sketch, SynthOptions(engine="milp"|"greedy", ...)) -> SynthResult``.
+"""
+from ..milp.solution import StageReport
+from .pipeline import SynthOptions, SynthResult, check_routes, synthesize
+
+__all__ = ["StageReport", "SynthOptions", "SynthResult", "check_routes", "synthesize"]

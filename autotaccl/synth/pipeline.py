@@ -1,0 +1,178 @@
+"""``synthesize``: sketch + topology + collective -> a verified Algorithm, by one of two engines.
+
+* ``greedy``: :mod:`autotaccl.synth.greedy` (seconds, any size).
+* ``milp``: TACCL's stages, routing MILP -> ordering heuristic -> scheduling MILP (and combine for
+  ReduceScatter/AllReduce). When a model would be too big for the solver, or the solver stops without
+  any solution, the greedy schedule is returned instead, with status ``fallback``.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+import networkx as nx
+
+from .. import sketch as sketches
+from ..algorithm import Algorithm, verify
+from ..collectives import canonical_name
+from ..errors import InfeasibleError, InputError
+from ..milp.solution import NoSolutionError, SolverOptions, StageReport
+from .greedy import greedy
+from .logical import LogicalTopology
+
+log = logging.getLogger(__name__)
+
+ENGINES = ("milp", "greedy")
+MAX_ROUTING_CANDIDATES = 60_000   # (chunk, link) pairs beyond which the routing MILP is not attempted
+
+
+@dataclass(frozen=True)
+class SynthOptions:
+    engine: str = "milp"            # milp | greedy
+    solver: str = "auto"            # auto | highs | gurobi
+    time_limit: float = 600.0       # seconds per MILP stage
+    threads: int = 1
+    mip_gap: float = 1e-4
+    size: int = 1 << 20             # nccl-tests buffer size the schedule is tuned for (bytes)
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise InputError("--engine", repr(self.engine), f"one of: {', '.join(ENGINES)}")
+        if self.solver not in ("auto", "highs", "gurobi"):
+            raise InputError("--solver", repr(self.solver), "one of: auto, highs, gurobi")
+        if not self.time_limit > 0:
+            raise InputError("--time-limit", str(self.time_limit), "a positive number of seconds")
+        if self.threads < 1:
+            raise InputError("--threads", str(self.threads), "a whole number >= 1")
+        if not self.mip_gap >= 0:
+            raise InputError("--mip-gap", str(self.mip_gap), "a number >= 0")
+        if self.size <= 0:
+            raise InputError("--size", str(self.size), "a positive size")
+
+
+@dataclass(frozen=True)
+class SynthResult:
+    algorithm: Algorithm
+    status: str                                   # optimal | time_limit | heuristic | fallback
+    stages: Mapping[str, StageReport] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def synthesize(graph: nx.DiGraph, collective_name: str, sketch: "sketches.Sketch | None" = None,
+               options: SynthOptions = SynthOptions()) -> SynthResult:
+    """A verified algorithm for ``collective_name`` on ``graph`` under ``sketch`` (default: the hardware's).
+
+    Raises InputError for sketch fields the topology cannot satisfy and InfeasibleError when the sketch
+    admits no algorithm (the message says which GPU cannot reach which node).
+    """
+    began = time.perf_counter()
+    name = canonical_name(collective_name)
+    if sketch is None:
+        sketch = sketches.default_sketch(graph, name)
+    lt = sketches.logical_topology(graph, name, sketch, options.size)
+    check_routes(lt)
+    if options.engine == "greedy":
+        algorithm, stages, status = _greedy(lt, options, sketch)
+    else:
+        algorithm, stages, status = _milp(lt, options, sketch)
+    metadata = {**dict(algorithm.metadata), "engine": options.engine, "status": status,
+                "sketch_key": sketches.sketch_key(sketch), "synth_size": options.size}
+    algorithm = replace(algorithm, metadata=metadata)
+    verify(algorithm, graph)
+    seconds = time.perf_counter() - began
+    log.info("synthesized %s on %s with %s in %.2f s (%s)", name, graph.graph.get("name"), options.engine, seconds, status)
+    return SynthResult(algorithm, status, stages, seconds)
+
+
+def check_routes(lt: LogicalTopology) -> None:
+    """Raise InfeasibleError unless every chunk can reach every node that needs it under the sketch."""
+    coll = lt.collective
+    gpn = lt.graph.graph["gpus_per_node"]
+    out: dict[int, list[int]] = {}
+    for u, v in lt.edges:
+        out.setdefault(u, []).append(v)
+    seen_owner: dict[tuple[int, frozenset], set[int]] = {}
+    for c in range(coll.num_chunks):
+        owners = (c // coll.chunkup,) if coll.is_reduction else tuple(coll.precondition(c))
+        for owner in owners:
+            senders = lt.senders.get(c)
+            key = (owner, senders or frozenset())
+            if key not in seen_owner:
+                node = owner // gpn
+                reached, todo = {owner}, [owner]
+                while todo:
+                    u = todo.pop()
+                    for v in out.get(u, ()):
+                        leaving = u // gpn == node and v // gpn != node
+                        if v not in reached and not (leaving and senders is not None and u not in senders):
+                            reached.add(v)
+                            todo.append(v)
+                seen_owner[key] = reached
+            reached = seen_owner[key]
+            targets = range(coll.ranks) if coll.is_reduction else coll.postcondition(c)
+            for r in sorted(targets):
+                if r not in reached:
+                    raise InfeasibleError(f"no route from GPU {owner} to node {r // gpn} (GPU {r}) under this sketch")
+
+
+# --------------------------------------------------------------------------- engines
+
+
+def _greedy(lt: LogicalTopology, options: SynthOptions, sketch) -> tuple[Algorithm, dict, str]:
+    began = time.perf_counter()
+    algorithm = greedy(lt, options.size, batching=sketch.contiguity)
+    report = StageReport(time.perf_counter() - began, 0, 0, "heuristic", "greedy",
+                         f"{algorithm.metadata.get('strategy')} routing, batching {algorithm.metadata.get('batching')}")
+    return algorithm, {"greedy": report}, "heuristic"
+
+
+def _milp(lt: LogicalTopology, options: SynthOptions, sketch) -> tuple[Algorithm, dict, str]:
+    solver = SolverOptions(options.solver, options.time_limit, options.mip_gap, options.threads)
+    coll = lt.collective
+    candidates = coll.num_chunks * len(lt.edges)
+    if candidates > MAX_ROUTING_CANDIDATES:
+        return _fallback(lt, options, sketch, f"{candidates} routing candidates exceed {MAX_ROUTING_CANDIDATES}")
+    stages: dict[str, StageReport] = {}
+    try:
+        if coll.is_reduction:
+            combine = _combine_stage()
+            algorithm, stages = combine(lt, sketch, solver)
+        else:
+            algorithm, stages = _forward(lt, sketch, solver)
+    except NoSolutionError as err:
+        return _fallback(lt, options, sketch, str(err))
+    worst = "optimal" if all(s.status in ("optimal", "heuristic") for s in stages.values()) else "time_limit"
+    return algorithm, stages, worst
+
+
+def _forward(lt: LogicalTopology, sketch, solver: SolverOptions) -> tuple[Algorithm, dict]:
+    from .ordering import order
+    from .routing import RoutingOptions, route
+    from .scheduling import ScheduleOptions, schedule
+
+    routed = route(lt, RoutingOptions(milp=solver))
+    ordered = order(lt, routed, sketch.ordering)
+    scheduled = schedule(lt, routed, ordered, ScheduleOptions(milp=solver, contiguity=sketch.contiguity,
+                                                              batch_window=sketch.batch_window))
+    stages = {"routing": routed.report, "ordering": ordered.report, "scheduling": scheduled.report}
+    return scheduled.algorithm, stages
+
+
+def _combine_stage():
+    """synth-milp's combine stage (ReduceScatter/AllReduce from the reversed AllGather)."""
+    try:
+        from .combine import combine_stage
+    except ImportError:
+        raise InputError("--engine", "milp", "the combine stage for ReduceScatter/AllReduce (not available yet; "
+                         "use --engine greedy)") from None
+    return combine_stage
+
+
+def _fallback(lt: LogicalTopology, options: SynthOptions, sketch, why: str) -> tuple[Algorithm, dict, str]:
+    log.warning("milp engine: %s; using the greedy schedule", why)
+    algorithm, stages, _ = _greedy(lt, options, sketch)
+    stages = {name: replace(r, message=f"fallback: {why}") for name, r in stages.items()}
+    return algorithm, stages, "fallback"
+
