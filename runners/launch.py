@@ -1,0 +1,139 @@
+"""Start a parallel job as a subprocess, bound it by a wall-clock timeout, and leave nothing behind.
+
+The job runs in a new session. On timeout (or after a failure) its process group gets SIGTERM, then
+SIGKILL after a grace period; so do all its descendants and any rank pid the caller names, because
+MPICH's Hydra starts every rank in a session of its own (killing the launcher's group alone would
+miss them). Output goes to files, never pipes, so a chatty job cannot block.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
+
+log = logging.getLogger(__name__)
+
+
+class JobError(RuntimeError):
+    """A job failed or timed out; the message says which rank and what it was doing."""
+
+
+class JobTimeout(JobError):
+    pass
+
+
+@dataclass(frozen=True)
+class Outcome:
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+    timed_out: bool
+
+
+def _proc_table() -> dict[int, int]:
+    """pid -> parent pid for every process visible in /proc."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                table[int(entry.name)] = int(stat[stat.rindex(")") + 2:].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    return table
+
+
+def descendants(pid: int) -> set[int]:
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    for child, parent in table.items():
+        children.setdefault(parent, []).append(child)
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def owned(pid: int, token: str) -> bool:
+    """``pid`` is alive and its command line mentions ``token`` (guards against recycled pids)."""
+    try:
+        return alive(pid) and token in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+
+
+def terminate(proc: subprocess.Popen, extra: Iterable[int] = (), grace: float = 2.0) -> None:
+    """SIGTERM, then SIGKILL, to the job's group, its descendants and ``extra`` pids."""
+    pids = descendants(proc.pid) | set(extra)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+                if sig == signal.SIGKILL:
+                    os.kill(pid, signal.SIGCONT)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and (proc.poll() is None or any(alive(p) for p in pids)):
+            time.sleep(0.05)
+        if proc.poll() is not None and not any(alive(p) for p in pids):
+            break
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        log.warning("job %d did not exit after SIGKILL", proc.pid)
+
+
+def run(argv: Sequence[str], workdir: Path, timeout: float, env: Mapping[str, str] | None = None,
+        ranks: Callable[[], Iterable[int]] | None = None, watch: Callable[[], None] | None = None,
+        poll: float = 0.05) -> Outcome:
+    """Run ``argv`` to completion or until ``timeout`` seconds.
+
+    ``watch()`` is called every ``poll`` seconds while the job runs; ``ranks()`` names live pids to
+    kill as well when the job fails (processes the launcher may have lost track of).
+    """
+    out_path, err_path = workdir / "stdout.txt", workdir / "stderr.txt"
+    start = time.monotonic()
+    log.info("running %s", " ".join(map(str, argv)))
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        try:
+            proc = subprocess.Popen(list(map(str, argv)), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                    env=dict(env) if env is not None else None, start_new_session=True)
+        except OSError as error:
+            raise JobError(f"cannot start {argv[0]}: {error.strerror or error}") from None
+        deadline = start + timeout
+        while proc.poll() is None and time.monotonic() < deadline:
+            if watch:
+                watch()
+            try:
+                proc.wait(timeout=min(poll, max(deadline - time.monotonic(), 0.001)))
+            except subprocess.TimeoutExpired:
+                pass
+        timed_out = proc.poll() is None
+        extra = list(ranks()) if ranks else []
+        if timed_out or proc.returncode != 0 or extra:
+            terminate(proc, extra)
+    return Outcome(proc.returncode, out_path.read_text(errors="replace"), err_path.read_text(errors="replace"),
+                   time.monotonic() - start, timed_out)

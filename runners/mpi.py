@@ -1,0 +1,183 @@
+"""The ``mpi`` runner: real ranks moving real bytes with mpi4py, launched by mpiexec or srun.
+
+The driver writes a JSON job file (never a pickle), launches ``python -m mpi4py -m runners.mpi_rank``
+on every rank (see :mod:`runners.mpi_rank`), waits at most ``timeout`` seconds and reads the result
+file rank 0 leaves. A crash or hang ends the whole job (:mod:`runners.launch`) and raises
+:class:`~runners.launch.JobError` naming each rank and what it was doing, from the heartbeat files.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from autotaccl.algorithm import Algorithm, to_json
+from autotaccl.collectives import Collective
+from autotaccl.errors import InputError
+
+from . import launch
+from .progress import read_heartbeats
+from .results import check_dtype, check_op, frame
+
+log = logging.getLogger(__name__)
+RANK_MODULE = "runners.mpi_rank"
+
+
+def launcher_command(launcher: str, np: int, hostfile: str | None = None) -> list[str]:
+    """The launcher's argv up to the program: ``mpiexec -n N [-hostfile F]`` or ``srun -n N``.
+
+    ``launcher`` is ``mpiexec`` (the one beside this Python first), ``srun``, or an executable path,
+    optionally followed by extra arguments (``"mpirun --oversubscribe"``).
+    """
+    parts = shlex.split(launcher) if launcher else ["mpiexec"]
+    head, rest = parts[0], parts[1:]
+    if head == "mpiexec":
+        local = Path(sys.executable).parent / "mpiexec"
+        path = str(local) if local.exists() else shutil.which("mpiexec")
+    else:
+        path = shutil.which(head) or (head if os.access(head, os.X_OK) and Path(head).is_file() else None)
+    if path is None:
+        raise InputError("--launcher", repr(launcher), "mpiexec, srun or the path of an executable launcher")
+    if hostfile is not None:
+        if Path(head).name == "srun":
+            raise InputError("--hostfile", hostfile, "no hostfile with srun (Slurm places ranks in its allocation)")
+        if not Path(hostfile).is_file():
+            raise InputError("--hostfile", hostfile, "an existing hostfile")
+    cmd = [path, *rest, "-n", str(np)]
+    if hostfile is not None:
+        cmd += ["-hostfile", str(Path(hostfile).resolve())]
+    return cmd
+
+
+def rank_environment() -> dict[str, str]:
+    """This environment, with the directory holding ``runners`` first on PYTHONPATH."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    np: int
+    launcher: str = "mpiexec"
+    hostfile: str | None = None
+    timeout: float = 300.0
+    workdir: str | None = None      # keep the job's files here (default: a temporary directory)
+
+
+def run_job(tasks: list[dict], options: JobOptions, settings: dict | None = None) -> list:
+    """Run ``tasks`` in one MPI job; returns each task's result (rank 0's ``result.json``)."""
+    cmd = launcher_command(options.launcher, options.np, options.hostfile)
+    with tempfile.TemporaryDirectory(prefix="autotaccl-mpi-") as tmp:
+        workdir = Path(options.workdir or tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        for stale in (*workdir.glob("rank-*.json"), workdir / "result.json"):
+            stale.unlink(missing_ok=True)
+        job_path = workdir / "job.json"
+        job_path.write_text(json.dumps({"ranks": options.np, "tasks": tasks, **(settings or {})}))
+        argv = [*cmd, sys.executable, "-m", "mpi4py", "-m", RANK_MODULE, str(job_path)]
+        token = str(job_path)
+
+        pids: dict[int, int] = {}       # rank -> pid, once its heartbeat names it
+        deaths: dict[int, float] = {}   # rank -> when it was first seen dead while the job still ran
+
+        def watch() -> None:
+            if len(pids) < options.np:
+                pids.update((r, b["pid"]) for r, b in read_heartbeats(workdir).items())
+            for rank, pid in pids.items():
+                if rank not in deaths and not launch.alive(pid):
+                    deaths[rank] = time.monotonic()
+
+        def stray() -> list[int]:
+            return [pid for pid in pids.values() if launch.owned(pid, token)]
+
+        outcome = launch.run(argv, workdir, options.timeout, env=rank_environment(), ranks=stray, watch=watch)
+        result = workdir / "result.json"
+        if outcome.timed_out or outcome.returncode != 0 or not result.is_file():
+            message = explain(outcome, read_heartbeats(workdir), options.timeout, deaths)
+            raise (launch.JobTimeout if outcome.timed_out else launch.JobError)(message)
+        return json.loads(result.read_text())["tasks"]
+
+
+_EXIT_STRING = re.compile(r"TERMINATED WITH THE EXIT STRING: (.*)")
+
+
+def explain(outcome: launch.Outcome, beats: dict[int, dict], timeout: float,
+            deaths: dict[int, float] | None = None) -> str:
+    """One paragraph: how the job ended, which rank failed first, then every rank's last known state."""
+    deaths = deaths or {}
+    first = min(deaths, key=deaths.get) if deaths else None
+    head = (f"mpi job timed out after {timeout:g} s and was killed" if outcome.timed_out
+            else f"mpi job failed (exit status {outcome.returncode})")
+    how = _EXIT_STRING.search(outcome.stdout + outcome.stderr)
+    now = time.time()
+    parts = []
+    for rank in sorted(beats, key=lambda r: (r != first, r)):
+        b = beats[rank]
+        who = f"rank {rank} (pid {b['pid']} on {b['host']})"
+        state = (f"{b['doing']}, " if b.get("doing") else "") + f"in {b['phase']}"
+        if rank == first:
+            parts.append(f"{who} died first{f' ({how.group(1).strip()})' if how else ''} while {state}")
+        elif b.get("error"):
+            parts.append(f"{who} raised {b['error'].splitlines()[0][:200]} while {state}")
+        elif outcome.timed_out and now - b["time"] > 1.0:
+            parts.append(f"{who} silent for {now - b['time']:.1f} s (stopped or stuck), last {state}")
+        else:
+            parts.append(f"{who} {state}")
+    if not parts:
+        last = (outcome.stderr.strip() or outcome.stdout.strip()).splitlines()[-3:]
+        parts.append("no rank started" + (": " + " | ".join(last) if last else ""))
+    return f"{head}: " + "; ".join(parts)
+
+
+class MpiRunner:
+    """``measure(algorithm, sizes, np=..., ...)``: see :func:`measure`."""
+
+    name = "mpi"
+
+    def measure(self, algorithm: Algorithm, sizes: Sequence[int], **options) -> pd.DataFrame:
+        return measure(algorithm, sizes, **options)
+
+
+def measure(algorithm: Algorithm, sizes: Sequence[int], **options) -> pd.DataFrame:
+    """Rows (size, count, type, redop, inplace, time_us, algbw, busbw, wrong) for ``algorithm``."""
+    return measure_many([algorithm], sizes, **options)[0]
+
+
+def measure_many(algorithms: Sequence[Algorithm | Collective], sizes: Sequence[int], *, np: int | None = None,
+                 dtype: str = "float32", op: str = "sum", iters: int = 20, warmup: int = 5, check: bool = True,
+                 inplace: Sequence[bool] = (False, True), launcher: str = "mpiexec", hostfile: str | None = None,
+                 timeout: float = 300.0, workdir: str | None = None) -> list[pd.DataFrame]:
+    """Measure several algorithms (or, for a :class:`Collective`, MPI's own collective) in one job."""
+    if not algorithms:
+        return []
+    ranks = {a.collective.ranks if isinstance(a, Algorithm) else a.ranks for a in algorithms}
+    if len(ranks) != 1:
+        raise InputError("algorithms", "ranks", "the same number of ranks for all algorithms of one job")
+    ranks_needed = ranks.pop()
+    np = ranks_needed if np is None else np
+    if np != ranks_needed:
+        raise InputError("--np", str(np), f"{ranks_needed}, the number of ranks of the algorithm")
+    if iters < 1 or warmup < 0:
+        raise InputError("--iters" if iters < 1 else "--warmup", str(iters if iters < 1 else warmup),
+                         "a whole number >= 1 (iterations) / >= 0 (warm-up)")
+    tasks = [{"kind": "algorithm", "algorithm": to_json(a)} if isinstance(a, Algorithm) else
+             {"kind": "mpi", "collective": {"name": a.name, "ranks": a.ranks, "chunkup": a.chunkup, "root": a.root}}
+             for a in algorithms]
+    settings = {"sizes": [int(s) for s in sizes], "dtype": check_dtype(dtype), "op": check_op(op),
+                "iters": int(iters), "warmup": int(warmup), "check": bool(check), "modes": [bool(m) for m in inplace]}
+    results = run_job(tasks, JobOptions(np, launcher, hostfile, timeout, workdir), settings)
+    return [frame(rows) for rows in results]
+
