@@ -8,7 +8,7 @@ from ..algorithm import Algorithm
 
 def lowering_available() -> bool:
     try:
-        from ..lowering import LoweringOptions, check_xml, lower  # noqa: F401
+        from ..lowering import LoweringOptions, lower  # noqa: F401
     except ImportError:
         return False
     return True
@@ -19,14 +19,14 @@ def lower_xml(algorithm: Algorithm, protocol: str = "Simple", instances: int = 1
     """MSCCL XML for ``algorithm`` with the tuned protocol and instances, selected for [min_bytes, max_bytes]."""
     from ..lowering import LoweringOptions, lower
 
-    options: dict[str, Any] = {"protocol": protocol, "instances": instances, "min_bytes": min_bytes}
+    options: dict[str, Any] = {"proto": protocol, "instances": instances, "min_bytes": min_bytes}
     if max_bytes is not None:
         options["max_bytes"] = max_bytes
     return lower(algorithm, LoweringOptions(**options))
 
 
 def check(xml_text: str):
-    """The lowering's checker report for ``xml_text`` (raises nothing; read ``.ok``/``.errors``)."""
-    from ..lowering import check_xml
+    """The checker's report (``.valid``, ``.first``) for ``xml_text``, in every mode its header enables."""
+    from ..xmlcheck import check_xml
 
     return check_xml(xml_text)

@@ -1,0 +1,28 @@
+"""``autotaccl export``: the best verified algorithm per collective and size, as a table and MSCCL XML."""
+from __future__ import annotations
+
+from ..sizes import format_size
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("export", help="per-size winners of tracked sweeps -> table + checked MSCCL XML")
+    p.add_argument("--tracking-uri", required=True, help="MLflow tracking URI (e.g. sqlite:///autotaccl-runs/mlflow.db)")
+    p.add_argument("--experiment", action="append", help="experiment name, e.g. ndv2x2-allgather (repeatable; "
+                                                         "default: every autotaccl experiment)")
+    p.add_argument("-o", "--out", required=True, help="output directory (replaced atomically)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import logging
+
+    from ..tuning.export import export
+
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    ranges = export(args.tracking_uri, args.experiment, args.out)
+    for r in ranges:
+        print(f"{r.experiment:<24} {format_size(r.min_size):>6}..{format_size(r.max_size):<6} {r.winner:<22} "
+              f"{r.protocol:<6} {r.speedup:5.2f}x  {r.xml or '(NCCL fallback)'}")
+    print(f"wrote {args.out}/table.csv, table.md, table.json, README.md and "
+          f"{sum(1 for r in ranges if r.xml)} XML file(s)")
+    return 0

@@ -1,0 +1,282 @@
+"""Export the per-size winners of tracked sweeps: a table plus one checked MSCCL XML per winning range.
+
+For each experiment (one target and collective) the candidates are its verified runs: completed trials
+and the baselines, measured by the same runner. At every size the fastest candidate wins; a trial wins
+only if it is strictly faster than every baseline. Adjacent sizes with the same winner form one range,
+``[minBytes, maxBytes]``. A synthesized winner is re-verified (replay) and lowered, and its XML must pass
+``check_xml`` before it is written; if it does not, that run is dropped and the winners are recomputed.
+Everything is written to a temporary directory that replaces the output directory at the end.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from ..algorithm import VerificationError, load_algorithm, verify
+from ..errors import InputError
+from ..sizes import format_size
+from . import tracking
+from .lowered import check, lower_xml
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Range:
+    experiment: str
+    collective: str
+    target: str
+    ranks: int
+    min_size: int          # first swept size of the range
+    max_size: int          # last swept size of the range
+    min_bytes: int         # what the XML selects: 0 for the first range
+    max_bytes: int         # next range's first size - 1; the last swept size for the last range
+    winner: str            # "trial-N" or "baseline:<name>"
+    run_id: str
+    protocol: str
+    instances: int
+    time_us: tuple[float, ...]
+    baseline: str
+    baseline_time_us: tuple[float, ...]
+    xml: str = ""          # file name, for synthesized winners
+
+    @property
+    def speedup(self) -> float:
+        return math.exp(sum(math.log(b / t) for b, t in zip(self.baseline_time_us, self.time_us)) / len(self.time_us))
+
+
+def _sizes(frame: pd.DataFrame) -> list[int]:
+    return sorted(int(c.rsplit(".", 1)[1]) for c in frame.columns if c.startswith("metrics.time_us."))
+
+
+def candidates(client, experiment_id: str) -> pd.DataFrame:
+    """Verified trials and baselines of an experiment, measured by the runner of its latest sweep."""
+    import mlflow
+
+    frame = mlflow.search_runs(experiment_ids=[experiment_id], filter_string="tags.verified = 'true'",
+                               max_results=50_000)
+    if frame.empty:
+        return frame
+    sweeps = mlflow.search_runs(experiment_ids=[experiment_id], filter_string="tags.`autotaccl.kind` = 'sweep'",
+                                order_by=["start_time DESC"], max_results=1)
+    if not sweeps.empty and "params.runner" in frame:
+        frame = frame[frame["params.runner"] == sweeps["params.runner"].iloc[0]]
+    return frame
+
+
+def winners(frame: pd.DataFrame, sizes: Sequence[int], excluded: set[str]) -> list[dict]:
+    """Per size: the fastest baseline, and the fastest trial if it is strictly faster."""
+    rows = []
+    is_base = frame["tags.autotaccl.kind"] == "baseline"
+    trials = frame[~is_base & ~frame.run_id.isin(excluded)]
+    bases = frame[is_base]
+    for size in sizes:
+        col = f"metrics.time_us.{size}"
+        base = bases.loc[bases[col].idxmin()]
+        best = base
+        valid = trials[trials[col].notna()]
+        if not valid.empty:
+            t = valid.loc[valid[col].idxmin()]
+            if t[col] < base[col]:
+                best = t
+        rows.append({"size": size, "run": best, "time_us": float(best[col]), "baseline": base["tags.baseline"],
+                     "baseline_time_us": float(base[col])})
+    return rows
+
+
+def _label(run: pd.Series) -> str:
+    if run["tags.autotaccl.kind"] == "baseline":
+        return f"baseline:{run['tags.baseline']}"
+    return f"trial-{run['tags.optuna.trial']}"
+
+
+def ranges_for(experiment, frame: pd.DataFrame, excluded: set[str]) -> list[Range]:
+    sizes = _sizes(frame)
+    per_size = winners(frame, sizes, excluded)
+    groups: list[list[dict]] = []
+    for row in per_size:
+        if groups and groups[-1][-1]["run"].run_id == row["run"].run_id:
+            groups[-1].append(row)
+        else:
+            groups.append([row])
+    tags = experiment.tags
+    ranks = _ranks(tags)
+    out = []
+    for i, group in enumerate(groups):
+        run = group[0]["run"]
+        nxt = groups[i + 1][0]["size"] - 1 if i + 1 < len(groups) else group[-1]["size"]
+        protocol = run.get("params.settings.protocol") or "Simple"
+        instances = int(float(run.get("params.settings.instances") or 1))
+        out.append(Range(experiment.name, tags.get("autotaccl.collective", ""), tags.get("autotaccl.target", ""), ranks,
+                         group[0]["size"], group[-1]["size"], 0 if i == 0 else group[0]["size"], nxt, _label(run),
+                         run.run_id, protocol if isinstance(protocol, str) else "Simple", instances,
+                         tuple(r["time_us"] for r in group), group[0]["baseline"],
+                         tuple(r["baseline_time_us"] for r in group)))
+    return out
+
+
+def _ranks(tags) -> int:
+    from ..hardware import load_hardware
+
+    try:
+        return load_hardware(tags["autotaccl.hardware"]).gpus_per_node * int(tags["autotaccl.nodes"])
+    except (KeyError, InputError, ValueError):
+        return 0
+
+
+def _xml_for(client, rng: Range, workdir: Path) -> tuple[str | None, str]:
+    """(XML text, "") for a range's synthesized winner, or (None, why it cannot be exported)."""
+    try:
+        path = client.download_artifacts(rng.run_id, "algorithm.json", str(workdir))
+        algorithm = load_algorithm(path)
+        verify(algorithm)
+    except (InputError, VerificationError, OSError) as err:
+        return None, f"algorithm of run {rng.run_id} not verified: {err}"
+    except Exception as err:   # a missing artifact (MlflowException)
+        return None, f"algorithm of run {rng.run_id} unavailable: {err}"
+    try:
+        text = lower_xml(algorithm, rng.protocol, rng.instances, rng.min_bytes, rng.max_bytes)
+    except (InputError, ValueError) as err:
+        return None, f"lowering run {rng.run_id} failed: {err}"
+    report = check(text)
+    if not report.valid:
+        return None, f"XML of run {rng.run_id} failed check_xml: {report.first}"
+    return text, ""
+
+
+def xml_name(rng: Range) -> str:
+    return f"{rng.experiment}-{format_size(rng.min_size)}-{format_size(rng.max_size)}.xml"
+
+
+def export(tracking_uri: str, experiments: Sequence[str] | None, out_dir: str | Path) -> list[Range]:
+    """Write table.csv/.md/.json, one XML per synthesized winning range and README.md into ``out_dir``."""
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri)
+    client = tracking.MlflowClient(tracking_uri=tracking_uri)
+    found = [e for e in client.search_experiments(max_results=10_000) if "autotaccl.target" in e.tags]
+    if experiments:
+        by_name = {e.name: e for e in found}
+        missing = [n for n in experiments if n not in by_name]
+        if missing:
+            raise InputError("--experiment", missing[0],
+                             f"an autotaccl experiment in {tracking_uri} ({', '.join(sorted(by_name)) or 'none'})")
+        found = [by_name[n] for n in experiments]
+    if not found:
+        raise InputError("--tracking-uri", tracking_uri, "a store with at least one autotaccl tune experiment")
+    out = Path(out_dir).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        all_ranges: list[Range] = []
+        notes: list[str] = []
+        work = tmp / ".downloads"
+        work.mkdir()
+        for experiment in sorted(found, key=lambda e: e.name):
+            frame = candidates(client, experiment.experiment_id)
+            if frame.empty or not (frame["tags.autotaccl.kind"] == "baseline").any():
+                notes.append(f"{experiment.name}: no verified baseline runs; nothing exported")
+                continue
+            excluded: set[str] = set()
+            while True:
+                ranges = ranges_for(experiment, frame, excluded)
+                texts, rejected = {}, False
+                for rng in ranges:
+                    if rng.winner.startswith("baseline:"):
+                        continue
+                    text, why = _xml_for(client, rng, work)
+                    if text is None:
+                        notes.append(f"{experiment.name}: {rng.winner} rejected: {why}")
+                        excluded.add(rng.run_id)
+                        rejected = True
+                        break
+                    texts[rng.run_id, rng.min_size] = text
+                if not rejected:
+                    break
+            for rng in ranges:
+                text = texts.get((rng.run_id, rng.min_size))
+                if text is not None:
+                    rng = Range(**{**asdict(rng), "xml": xml_name(rng)})
+                    (tmp / rng.xml).write_text(text)
+                all_ranges.append(rng)
+        shutil.rmtree(work)
+        table = table_frame(all_ranges)
+        table.to_csv(tmp / "table.csv", index=False)
+        (tmp / "table.json").write_text(json.dumps({"ranges": table.to_dict("records"), "notes": notes}, indent=1))
+        (tmp / "table.md").write_text(markdown(table))
+        (tmp / "README.md").write_text(readme(all_ranges, notes))
+        if out.exists():
+            old = out.with_name(f".{out.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            out.rename(old)
+            tmp.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _log_export(client, found, out, table)
+    return all_ranges
+
+
+def table_frame(ranges: Sequence[Range]) -> pd.DataFrame:
+    rows = [{"experiment": r.experiment, "collective": r.collective, "target": r.target, "ranks": r.ranks,
+             "min_size": r.min_size, "max_size": r.max_size, "min_bytes": r.min_bytes, "max_bytes": r.max_bytes,
+             "winner": r.winner, "run_id": r.run_id, "protocol": r.protocol, "instances": r.instances,
+             "time_us": ";".join(f"{t:.3f}" for t in r.time_us), "baseline": r.baseline,
+             "speedup": round(r.speedup, 4), "xml": r.xml} for r in ranges]
+    columns = ["experiment", "collective", "target", "ranks", "min_size", "max_size", "min_bytes", "max_bytes",
+               "winner", "run_id", "protocol", "instances", "time_us", "baseline", "speedup", "xml"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def markdown(table: pd.DataFrame) -> str:
+    head = "| collective | target | sizes | winner | protocol | speed-up vs best baseline | XML |\n|---|---|---|---|---|---|---|\n"
+    lines = [f"| {r.collective} | {r.target} | {format_size(r.min_size)}–{format_size(r.max_size)} | {r.winner} | "
+             f"{r.protocol} | {r.speedup:.2f}x | {r.xml or '– (NCCL fallback)'} |" for r in table.itertuples()]
+    return "# Best algorithm per collective and size\n\n" + head + "\n".join(lines) + "\n"
+
+
+def readme(ranges: Sequence[Range], notes: Sequence[str]) -> str:
+    xmls = [r.xml for r in ranges if r.xml]
+    text = f"""# Exported collective algorithms
+
+`table.md` / `table.csv` / `table.json` list, per collective and buffer-size range, the fastest verified
+algorithm found by `autotaccl tune`, or the best baseline where no synthesized algorithm beat it. Every
+XML here was re-verified (replay of the algorithm) and passed `autotaccl check-xml` before it was written.
+Each file's `minBytes`/`maxBytes` select it only for its size range; `proto` is the tuned protocol.
+
+## Loading into the MSCCL runtime
+
+* **msccl-executor** (Azure/msccl-executor-nccl, RCCL): put the files in a directory of their own and set
+  `MSCCL_ALGO_DIR=/path/to/this/dir` (keep the directory free of other files: a malformed file fails
+  communicator init). Use one MPI rank per GPU. Sizes outside every range fall back to NCCL.
+* **legacy msccl** (microsoft/msccl): `NCCL_ALGO=MSCCL,RING,TREE MSCCL_XML_FILES=a.xml:b.xml` (at most 4
+  files, colon separated). Its `maxBytes` is exclusive.
+
+Ranges won by a baseline have no XML: NCCL's own algorithm runs there.
+
+Files: {', '.join(xmls) if xmls else 'none (the baselines won everywhere)'}
+"""
+    if notes:
+        text += "\n## Notes\n\n" + "\n".join(f"* {n}" for n in notes) + "\n"
+    return text
+
+
+def _log_export(client, experiments, out: Path, table: pd.DataFrame) -> None:
+    for experiment in experiments:
+        rows = table[table["experiment"] == experiment.name]
+        run_id = tracking.log_run(client, experiment.experiment_id, "export",
+                                  tags={tracking.KIND: "export", "export.dir": str(out)},
+                                  metrics={"export.ranges": len(rows), "export.xml_files": int((rows["xml"] != "").sum())},
+                                  artifacts={"export/table.md": markdown(rows), "export/table.csv": rows.to_csv(index=False)})
+        client.log_table(run_id, data=rows.reset_index(drop=True), artifact_file="export/table.json")
