@@ -7,6 +7,7 @@ count into the graph that every other stage reads.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -120,8 +121,8 @@ class _Reader:
         return value
 
     def number(self, value: Any, where: str, allow_zero: bool = False) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-            raise self.fail(where, "a number")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise self.fail(where, "a finite number")
         if value < 0 or (value == 0 and not allow_zero):
             raise self.fail(where, "a number >= 0" if allow_zero else "a positive number")
         return float(value)
