@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import signal
 import subprocess
 import time
@@ -80,6 +81,34 @@ def owned(pid: int, token: str) -> bool:
         return False
 
 
+class DeathWatch:
+    """Notices, through pidfds, the moment each watched process exits (it need not be our child)."""
+
+    def __init__(self) -> None:
+        self.fds: dict[int, int] = {}       # fd -> key
+        self.died: dict = {}                # key -> monotonic time of death
+
+    def add(self, key, pid: int) -> None:
+        if key in self.died or key in self.fds.values():
+            return
+        try:
+            self.fds[os.pidfd_open(pid)] = key
+        except (ProcessLookupError, OSError):
+            self.died[key] = time.monotonic()
+
+    def wait(self, seconds: float) -> None:
+        ready, _, _ = select.select(list(self.fds), [], [], seconds)
+        now = time.monotonic()
+        for fd in ready:
+            self.died[self.fds.pop(fd)] = now
+            os.close(fd)
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds.clear()
+
+
 def terminate(proc: subprocess.Popen, extra: Iterable[int] = (), grace: float = 2.0) -> None:
     """SIGTERM, then SIGKILL, to the job's group, its descendants and ``extra`` pids."""
     pids = descendants(proc.pid) | set(extra)
@@ -107,12 +136,13 @@ def terminate(proc: subprocess.Popen, extra: Iterable[int] = (), grace: float = 
 
 
 def run(argv: Sequence[str], workdir: Path, timeout: float, env: Mapping[str, str] | None = None,
-        ranks: Callable[[], Iterable[int]] | None = None, watch: Callable[[], None] | None = None,
+        ranks: Callable[[], Iterable[int]] | None = None, watch: Callable[[float], None] | None = None,
         poll: float = 0.05) -> Outcome:
     """Run ``argv`` to completion or until ``timeout`` seconds.
 
-    ``watch()`` is called every ``poll`` seconds while the job runs; ``ranks()`` names live pids to
-    kill as well when the job fails (processes the launcher may have lost track of).
+    While the job runs, ``watch(seconds)`` is called repeatedly and may block that long (it replaces
+    the wait); ``ranks()`` names live pids to kill as well when the job fails (processes the launcher
+    may have lost track of).
     """
     out_path, err_path = workdir / "stdout.txt", workdir / "stderr.txt"
     start = time.monotonic()
@@ -125,12 +155,14 @@ def run(argv: Sequence[str], workdir: Path, timeout: float, env: Mapping[str, st
             raise JobError(f"cannot start {argv[0]}: {error.strerror or error}") from None
         deadline = start + timeout
         while proc.poll() is None and time.monotonic() < deadline:
+            wait = min(poll, max(deadline - time.monotonic(), 0.001))
             if watch:
-                watch()
-            try:
-                proc.wait(timeout=min(poll, max(deadline - time.monotonic(), 0.001)))
-            except subprocess.TimeoutExpired:
-                pass
+                watch(wait)
+            else:
+                try:
+                    proc.wait(timeout=wait)
+                except subprocess.TimeoutExpired:
+                    pass
         timed_out = proc.poll() is None
         extra = list(ranks()) if ranks else []
         if timed_out or proc.returncode != 0 or extra:

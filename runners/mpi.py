@@ -90,23 +90,26 @@ def run_job(tasks: list[dict], options: JobOptions, settings: dict | None = None
         argv = [*cmd, sys.executable, "-m", "mpi4py", "-m", RANK_MODULE, str(job_path)]
         token = str(job_path)
 
-        pids: dict[int, int] = {}       # rank -> pid, once its heartbeat names it
-        deaths: dict[int, float] = {}   # rank -> when it was first seen dead while the job still ran
+        pids: dict[int, int] = {}            # rank -> pid, once its heartbeat names it
+        deaths = launch.DeathWatch()          # which rank died first, while the job still ran
 
-        def watch() -> None:
+        def watch(seconds: float) -> None:
             if len(pids) < options.np:
                 pids.update((r, b["pid"]) for r, b in read_heartbeats(workdir).items())
-            for rank, pid in pids.items():
-                if rank not in deaths and not launch.alive(pid):
-                    deaths[rank] = time.monotonic()
+                for rank, pid in pids.items():
+                    deaths.add(rank, pid)
+            deaths.wait(seconds)
 
         def stray() -> list[int]:
             return [pid for pid in pids.values() if launch.owned(pid, token)]
 
-        outcome = launch.run(argv, workdir, options.timeout, env=rank_environment(), ranks=stray, watch=watch)
+        try:
+            outcome = launch.run(argv, workdir, options.timeout, env=rank_environment(), ranks=stray, watch=watch)
+        finally:
+            deaths.close()
         result = workdir / "result.json"
         if outcome.timed_out or outcome.returncode != 0 or not result.is_file():
-            message = explain(outcome, read_heartbeats(workdir), options.timeout, deaths)
+            message = explain(outcome, read_heartbeats(workdir), options.timeout, deaths.died)
             raise (launch.JobTimeout if outcome.timed_out else launch.JobError)(message)
         return json.loads(result.read_text())["tasks"]
 
