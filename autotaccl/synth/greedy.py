@@ -79,7 +79,9 @@ class _Timeline:
 class _Planner:
     """Reservation state shared by all chunks of one schedule."""
 
-    def __init__(self, lt: LogicalTopology, batching: bool) -> None:
+    def __init__(self, lt: LogicalTopology, batching: bool, reverse: bool = False) -> None:
+        """``reverse``: plan an AllGather that will run backwards (TACCL's combine): each sketch link is
+        priced as its physical reverse, which the reversed transfer uses, and links without one are skipped."""
         self.lt = lt
         self.batching = batching
         g = lt.graph
@@ -91,7 +93,9 @@ class _Planner:
         self.beta: dict[tuple[int, int], float] = {}
         self.out: dict[int, list[int]] = {r: [] for r in g.nodes}
         for u, v in sorted(lt.edges):
-            data = g.edges[u, v]
+            if reverse and not g.has_edge(v, u):
+                continue
+            data = g.edges[v, u] if reverse else g.edges[u, v]
             self.arcs[u, v] = tuple(arc_ids.setdefault(a, len(arc_ids)) for a in data["resources"])
             self.alpha[u, v] = float(data["alpha_us"])
             self.beta[u, v] = self.piece / (float(data["bandwidth_GBps"]) * 1e3)
@@ -336,8 +340,8 @@ def _jobs(coll: Collective):
     raise ValueError(f"greedy plans copies only, not {coll.name}")
 
 
-def _plan(lt: LogicalTopology, batching: bool, strategy: str) -> list[_Booking]:
-    planner = _Planner(lt, batching)
+def _plan(lt: LogicalTopology, batching: bool, strategy: str, reverse: bool = False) -> list[_Booking]:
+    planner = _Planner(lt, batching, reverse)
     everyone = set(range(lt.collective.ranks))
     jobs = _jobs(lt.collective)
     if strategy == "earliest":
@@ -389,12 +393,14 @@ def greedy_schedule(lt: LogicalTopology, batching: bool = True, strategy: str = 
     """
     coll = lt.collective
     if coll.is_reduction:
-        # the AllGather with the same chunk numbering: chunk c is rooted at rank c // chunkup
-        gather = _transfers(_plan(replace(lt, collective=Collective("allgather", coll.ranks, coll.chunkup)), batching, strategy))
-        transfers = _reverse(gather)
+        # ReduceScatter: the AllGather with the same chunk numbering (chunk c rooted at rank c // chunkup)
+        # run backwards over the reverse links, as TACCL's combine does; AllReduce appends the AllGather
+        gather_lt = replace(lt, collective=Collective("allgather", coll.ranks, coll.chunkup))
+        transfers = _reverse(_transfers(_plan(gather_lt, batching, strategy, reverse=True)))
         if coll.name == "allreduce":
             shift = max((t.start_us for t in transfers), default=0.0) + 1e-6
-            transfers += [Transfer(t.chunks, t.src, t.dst, 0, t.op, t.link, t.start_us + shift) for t in gather]
+            transfers += [Transfer(t.chunks, t.src, t.dst, 0, t.op, t.link, t.start_us + shift)
+                          for t in _transfers(_plan(gather_lt, batching, strategy))]
     else:
         transfers = _transfers(_plan(lt, batching, strategy))
     name = f"{coll.name}-{lt.graph.graph.get('name', 'topology')}-greedy"

@@ -1,0 +1,146 @@
+"""The greedy engine: every collective verifies on real profiles, sketches are respected, it scales."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autotaccl.algorithm import verify
+from autotaccl.bounds import bound_algbw, bounds
+from autotaccl.errors import InfeasibleError
+from autotaccl.hardware import load_hardware
+from autotaccl.simulate import simulate
+from autotaccl.sketch import default_sketch, load_sketch, logical_topology, sketch_from_dict
+from autotaccl.synth import SynthOptions, check_routes, synthesize
+from autotaccl.synth.greedy import STRATEGIES, assign_steps, greedy_schedule
+from autotaccl.topology import build_topology
+
+SKETCHES = Path(__file__).resolve().parents[2] / "shared" / "data" / "taccl-examples" / "sketch"
+COLLECTIVES = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast")
+GRAPHS = {}
+
+
+def topo(hw: str, nodes: int):
+    if (hw, nodes) not in GRAPHS:
+        GRAPHS[hw, nodes] = build_topology(load_hardware(hw), nodes)
+    return GRAPHS[hw, nodes]
+
+
+def assert_respects(algorithm, lt):
+    """Every transfer on a sketch-allowed link (reduces on its reverse); chunks leave their node only
+    through their senders (reduced contributions enter it only through them)."""
+    gpn = lt.graph.graph["gpus_per_node"]
+    coll = lt.collective
+    for t in algorithm.transfers:
+        # reductions run an AllGather over the sketch's links backwards (TACCL's combine)
+        assert ((t.src, t.dst) if t.op == "copy" else (t.dst, t.src)) in lt.edges, t
+        if t.src // gpn != t.dst // gpn:
+            for c in t.chunks:
+                owner = c // coll.chunkup if coll.is_reduction else min(coll.precondition(c))
+                if c in lt.senders and t.op == "copy" and t.src // gpn == owner // gpn:
+                    assert t.src in lt.senders[c], (t, c)
+                if c in lt.senders and t.op == "reduce" and t.dst // gpn == owner // gpn:
+                    assert t.dst in lt.senders[c], (t, c)   # reversed: contributions enter through the sender
+
+
+@pytest.mark.parametrize("hw,nodes", [("ndv2", 1), ("ndv2", 2), ("dgx2", 2), ("dgx-a100", 2)])
+@pytest.mark.parametrize("collective", COLLECTIVES)
+def test_every_collective_verifies(hw, nodes, collective):
+    g = topo(hw, nodes)
+    sketch = default_sketch(g, collective)
+    lt = logical_topology(g, collective, sketch, 1 << 20)
+    for strategy in STRATEGIES:
+        algorithm = greedy_schedule(lt, batching=True, strategy=strategy)
+        verify(algorithm, g)
+        assert algorithm.collective == lt.collective
+        assert_respects(algorithm, lt)
+        assert all(t.start_us is not None and t.start_us >= 0 for t in algorithm.transfers)
+        steps = [t.step for t in algorithm.transfers]
+        assert steps == sorted(steps)
+        if collective in ("reducescatter", "allreduce"):
+            assert any(t.op == "reduce" for t in algorithm.transfers)
+
+
+@pytest.mark.parametrize("name,hw", [("sk1-ndv2-n2", "ndv2"), ("sk2-ndv2-n2", "ndv2"), ("sk3-ndv2-n2", "ndv2"),
+                                     ("sk1-dgx2-n2", "dgx2"), ("sk2-dgx2-n2", "dgx2")])
+def test_taccl_sketches_are_respected(name, hw):
+    g = topo(hw, 2)
+    sketch = load_sketch(SKETCHES / f"{name}.json")
+    for collective in ("allgather", "allreduce"):
+        lt = logical_topology(g, collective, sketch, 1 << 20)
+        algorithm = greedy_schedule(lt, strategy="balanced")
+        verify(algorithm, g)
+        assert_respects(algorithm, lt)
+
+
+def test_sk1_dgx2_alltoall_is_routable_unlike_the_reference():
+    """TACCL's hop-count pruning makes this infeasible (taccl.md §11); sketch-aware routes are not."""
+    g = topo("dgx2", 2)
+    lt = logical_topology(g, "alltoall", load_sketch(SKETCHES / "sk1-dgx2-n2.json"), 1 << 20)
+    algorithm = greedy_schedule(lt, strategy="balanced")
+    verify(algorithm, g)
+    assert_respects(algorithm, lt)
+
+
+def test_infeasible_sketch_names_the_gpu_and_node():
+    g = topo("dgx-a100", 2)
+    sketch = sketch_from_dict({"nnodes": 2,
+                               "intranode_sketch": {"strategy": "switch", "switches": [[0, 1, 2, 3], [4, 5, 6, 7]]},
+                               "internode_sketch": {"strategy": "relay", "internode_conn": {"0": [0]}}}, "split.json")
+    lt = logical_topology(g, "allgather", sketch, 1 << 20)
+    # the two switch halves of node 0 cannot reach each other, directly or through node 1
+    with pytest.raises(InfeasibleError, match=r"^no route from GPU 0 to node 0 \(GPU 4\) under this sketch$"):
+        check_routes(lt)
+    with pytest.raises(InfeasibleError, match=r"^no route from GPU 0 to GPU 4 \(node 0\) under this sketch$"):
+        greedy_schedule(lt)
+    with pytest.raises(InfeasibleError, match="no route from GPU 0 to node 0"):
+        synthesize(g, "allgather", sketch, SynthOptions(engine="greedy"))
+
+
+def test_sender_map_restricts_who_carries_chunks_off_node():
+    g = topo("ndv2", 2)
+    sketch = sketch_from_dict({"nnodes": 2, "internode_sketch": {
+        "strategy": "relay", "internode_conn": {"0": [1], "1": [0]}, "gpus_to_sender_rev_map": {"0": [3]}}}, "map.json")
+    lt = logical_topology(g, "alltoall", sketch, 1 << 20)
+    assert lt.senders[(3 * 16 + 8)] == frozenset({0})   # GPU 3 -> GPU 8 leaves node 0 through GPU 0 only
+    assert (3 * 16 + 9) in lt.senders and (4 * 16 + 9) not in lt.senders   # GPU 4 is not mapped: unrestricted
+    for strategy in STRATEGIES:
+        algorithm = greedy_schedule(lt, strategy=strategy)
+        verify(algorithm, g)
+        assert_respects(algorithm, lt)
+
+
+def test_sixty_four_gpus_synthesize_and_verify():
+    g = topo("dgx-h100", 8)
+    result = synthesize(g, "allgather", None, SynthOptions(engine="greedy", size=1 << 30))
+    assert result.algorithm.ranks == 64
+    verify(result.algorithm, g)
+    assert result.status == "heuristic" and set(result.stages) == {"greedy"}
+    sim = simulate(result.algorithm, g, 1 << 30)
+    assert sim.algbw_GBps > 0.5 * bound_algbw(bounds(g, "allgather"), 1 << 30)
+
+
+def test_bandwidth_bound_case_is_near_the_bound():
+    g = topo("ndv2", 2)
+    result = synthesize(g, "allgather", load_sketch(SKETCHES / "sk1-ndv2-n2.json"),
+                        SynthOptions(engine="greedy", size=1 << 30))
+    sim = simulate(result.algorithm, g, 1 << 30)
+    assert sim.algbw_GBps >= 0.9 * bound_algbw(bounds(g, "allgather"), 1 << 30)
+
+
+def test_synthesize_picks_the_variant_the_simulator_prefers():
+    g = topo("dgx2", 1)
+    lt = logical_topology(g, "allgather", default_sketch(g, "allgather"), 1 << 10)
+    result = synthesize(g, "allgather", None, SynthOptions(engine="greedy", size=1 << 10))
+    chosen = simulate(result.algorithm, g, 1 << 10).time_us
+    for strategy in STRATEGIES:
+        assert chosen <= simulate(greedy_schedule(lt, True, strategy), g, 1 << 10).time_us + 1e-9
+    assert json.dumps(dict(result.algorithm.metadata))   # metadata stays plain JSON
+    assert result.algorithm.metadata["sketch_key"] and result.algorithm.metadata["engine"] == "greedy"
+
+
+def test_steps_close_before_a_forward_within_them():
+    from autotaccl.algorithm import Transfer
+    ts = [Transfer((0,), 0, 1, 0), Transfer((1,), 2, 3, 0), Transfer((0,), 1, 2, 0), Transfer((2,), 4, 5, 0)]
+    assert [t.step for t in assign_steps(ts)] == [0, 0, 1, 1]

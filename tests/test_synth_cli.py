@@ -1,0 +1,106 @@
+"""``autotaccl synth``: JSON report shape, the algorithm file, and clean failures (exit 2, nothing written)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autotaccl.algorithm import load_algorithm, verify
+from autotaccl.cli import main
+from autotaccl.hardware import load_hardware
+from autotaccl.topology import build_topology
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "taccl-examples"
+SK = DATA / "sketch"
+
+
+def run(capsys, *argv):
+    try:
+        code = main(list(argv))
+    except SystemExit as err:    # argparse's own errors
+        code = err.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_greedy_json_report_and_output(tmp_path, capsys):
+    out = tmp_path / "ag.json"
+    code, stdout, _ = run(capsys, "synth", "--hardware", "ndv2", "--nodes", "2", "--collective", "allgather",
+                          "--sketch", str(SK / "sk1-ndv2-n2.json"), "--size", "1M", "--engine", "greedy",
+                          "-o", str(out), "--json")
+    assert code == 0
+    report = json.loads(stdout)
+    assert {"status", "stages", "synthesis_seconds", "simulated", "baseline", "output"} <= set(report)
+    assert report["status"] == "heuristic" and report["output"] == str(out)
+    assert set(report["stages"]["greedy"]) >= {"seconds", "variables", "constraints", "status", "solver"}
+    assert [s["bytes"] for s in report["simulated"]] == [1 << 20, 1 << 30]
+    for sim, base in zip(report["simulated"], report["baseline"]):
+        assert sim["time_us"] > 0 and 0 < sim["algbw"] <= sim["bound_algbw"] * (1 + 1e-9)
+        assert base["bytes"] == sim["bytes"] and base["algbw"] > 0 and base["name"]
+    algorithm = load_algorithm(out)
+    verify(algorithm, build_topology(load_hardware("ndv2"), 2))
+    assert algorithm.collective.name == "allgather" and algorithm.ranks == 16
+
+
+def test_milp_engine_reports_three_stages(tmp_path, capsys):
+    out = tmp_path / "ag1.json"
+    code, stdout, _ = run(capsys, "synth", "--hardware", "ndv2", "--collective", "allgather",
+                          "--sketch", str(SK / "sk1-ndv2-n1.json"), "--engine", "milp", "--time-limit", "60",
+                          "-o", str(out), "--json")
+    assert code == 0
+    report = json.loads(stdout)
+    assert set(report["stages"]) == {"routing", "ordering", "scheduling"}
+    assert report["stages"]["routing"]["variables"] > 0 and report["stages"]["routing"]["constraints"] > 0
+    assert report["status"] in ("optimal", "time_limit")
+    verify(load_algorithm(out), build_topology(load_hardware("ndv2"), 1))
+
+
+def test_taccl_topology_file_and_text_report(tmp_path, capsys):
+    out = tmp_path / "a2a.json"
+    code, stdout, _ = run(capsys, "synth", "--hardware", str(DATA / "topo" / "topo-ndv2-1MB.json"), "--chunk-size", "1M",
+                          "--collective", "alltoall", "--sketch", str(SK / "sk1-ndv2-n1.json"), "--engine", "greedy",
+                          "-o", str(out))
+    assert code == 0
+    assert "synthesis:" in stdout and "of bound" in stdout and "best baseline" in stdout
+    assert load_algorithm(out).collective.name == "alltoall"
+
+
+def test_bad_sketch_exits_2_names_the_field_and_writes_nothing(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    data = json.loads((SK / "sk1-ndv2-n2.json").read_text())
+    data["internode_sketch"]["internode_conn"] = {"0": ["one"]}
+    bad.write_text(json.dumps(data))
+    out = tmp_path / "never.json"
+    code, stdout, stderr = run(capsys, "synth", "--hardware", "ndv2", "--nodes", "2", "--collective", "allgather",
+                               "--sketch", str(bad), "--engine", "greedy", "-o", str(out))
+    assert code == 2 and stdout == ""
+    assert f"{bad}: internode_sketch.internode_conn.0[0]:" in stderr and len(stderr.strip().splitlines()) == 1
+    assert not out.exists() and list(tmp_path.iterdir()) == [bad]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--nodes", "4"], "nnodes"),                               # the sketch is for 2 nodes
+    (["--size", "lots"], "--size"),
+    (["--collective", "gatherall"], "gatherall"),
+])
+def test_other_bad_input_exits_2(tmp_path, capsys, argv, needle):
+    out = tmp_path / "never.json"
+    base = {"--hardware": "ndv2", "--nodes": "2", "--collective": "allgather", "--size": "1M"}
+    for flag, value in zip(argv[::2], argv[1::2]):
+        base[flag] = value
+    args = ["synth", *[x for kv in base.items() for x in kv], "--sketch", str(SK / "sk1-ndv2-n2.json"),
+            "--engine", "greedy", "-o", str(out)]
+    code, _, stderr = run(capsys, *args)
+    assert code == 2 and needle in stderr
+    assert not out.exists()
+
+
+def test_infeasible_sketch_exits_2_with_the_reason(tmp_path, capsys):
+    sk = tmp_path / "split.yaml"
+    sk.write_text("nnodes: 1\nintranode_sketch:\n  strategy: switch\n  switches: [[0, 1, 2, 3], [4, 5, 6, 7]]\n")
+    out = tmp_path / "never.json"
+    code, _, stderr = run(capsys, "synth", "--hardware", "dgx-a100", "--collective", "allgather", "--sketch", str(sk),
+                          "--engine", "greedy", "-o", str(out))
+    assert code == 2 and "no route from GPU 0 to node 0 (GPU 4) under this sketch" in stderr
+    assert not out.exists()
