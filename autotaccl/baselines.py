@@ -5,11 +5,13 @@ The baselines are what a synthesized algorithm must beat (NCCL's and MSCCL's cla
 * ``ring``: NCCL's ring. The ring follows a Hamiltonian cycle of each node's own links (the fastest
   one we find: NDv2's double NVLinks, any order on a switch), leaving a node where a NIC edge exists.
   AllGather, ReduceScatter, AllReduce (= ReduceScatter then AllGather on the same ring), Broadcast
-  (a pipelined chain). ``channels`` > 1 runs that many rings at once, every other one reversed.
+  (a pipelined chain). ``channels`` > 1 runs that many rings at once (chunk-up = channels): channel
+  ``2m+1`` is channel ``2m`` reversed, and each pair leaves a node through another GPU's NIC where
+  the profile has several equally good ones (NCCL's one ring per NIC).
 * ``tree``: NCCL's double binary tree for AllReduce: inside a node a chain along the ring path, across
   nodes two complementary binary trees (a node that is a leaf in one is inner in the other). Each
-  tree reduces half the buffer up and broadcasts it back down, pipelined slot by slot. Broadcast uses
-  the first tree re-rooted at the root.
+  tree reduces half the buffer up and broadcasts it back down, pipelined slot by slot (``channels``
+  multiplies the slots). Broadcast uses the first tree re-rooted at the root.
 * ``hierarchical`` (2+ nodes): ring inside every node, ring across nodes among GPUs of equal local
   index, then ring inside every node again (AllGather: across, then inside; ReduceScatter: inside,
   then across; AllReduce: reduce-scatter inside, all-reduce across, all-gather inside).
@@ -45,6 +47,9 @@ _FOR = {"ring": ("allgather", "reducescatter", "allreduce", "broadcast"),
         "two-step": ("alltoall",)}
 
 
+_CHANNELED = ("ring", "tree")
+
+
 class _NotApplicable(Exception):
     """The baseline cannot be built on this graph; the message says why."""
 
@@ -66,6 +71,8 @@ def baseline(graph: nx.DiGraph, collective_name: str, algorithm_name: str, chann
         raise InputError("--algorithm", algo, f"an algorithm for {name}: {', '.join(_names_for(name))}")
     if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
         raise InputError("--channels", str(channels), "a whole number >= 1")
+    if channels != 1 and algo not in _CHANNELED:
+        raise InputError("--channels", str(channels), f"1 for {algo} (only {' and '.join(_CHANNELED)} take channels)")
     try:
         return _BUILDERS[algo](graph, name, channels)
     except _NotApplicable as why:
@@ -220,9 +227,9 @@ def _cycle_search(adj: dict[int, list[int]], n: int, budget: int, bw: dict) -> l
 # --------------------------------------------------------------------------- building blocks
 
 
-def _check(graph: nx.DiGraph, ranks: Sequence[int], closed: bool = True) -> None:
-    pairs = zip(ranks, list(ranks[1:]) + ([ranks[0]] if closed else []))
-    for u, v in pairs:
+def _check(graph: nx.DiGraph, ring: Sequence[int]) -> None:
+    """Every hop of the closed ``ring`` must be an edge."""
+    for u, v in zip(ring, list(ring[1:]) + [ring[0]]):
         if u != v and not graph.has_edge(u, v):
             raise _NotApplicable(f"no link from rank {u} to rank {v}")
 
