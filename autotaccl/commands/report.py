@@ -1,0 +1,21 @@
+"""``autotaccl report``: an HTML page with busbw-vs-size, optimisation history and importance plots."""
+from __future__ import annotations
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("report", help="HTML report (plots + per-size table) of tracked sweeps")
+    p.add_argument("--tracking-uri", required=True, help="MLflow tracking URI (e.g. sqlite:///autotaccl-runs/mlflow.db)")
+    p.add_argument("--experiment", action="append", help="experiment name (repeatable; default: all autotaccl ones)")
+    p.add_argument("-o", "--out", required=True, help="output directory (replaced atomically)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import logging
+
+    from dashboards.report import build_report
+
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    page = build_report(args.tracking_uri, args.experiment, args.out)
+    print(f"wrote {page}")
+    return 0
