@@ -47,6 +47,9 @@ def measure(algorithm: Algorithm, sizes: Sequence[int], *, graph: nx.DiGraph | N
     graph = graph_from_options(graph, hardware, nodes)
     check_dtype(dtype), check_op(op)
     coll = algorithm.collective
+    if graph.number_of_nodes() != coll.ranks:
+        raise InputError(graph.graph.get("name", "topology"), "ranks",
+                         f"{coll.ranks} ranks, as the algorithm has (the topology has {graph.number_of_nodes()})")
     try:
         verify(algorithm, graph)
         valid = True

@@ -1,0 +1,187 @@
+"""The ``nccl-tests`` runner: run an nccl-tests binary with an MSCCL XML loaded, parse its table.
+
+The environment loads the XML into both MSCCL runtimes (``msccl-xml-and-nccl-tests.md`` §6): the
+legacy runtime reads ``MSCCL_XML_FILES`` (with ``NCCL_ALGO=MSCCL,RING,TREE``), the executor reads every
+file in ``MSCCL_ALGO_DIR`` (with ``NCCL_MSCCL_ENABLE=1``), so the XML is copied alone into a fresh
+directory. The command is ``LAUNCHER BINARY -b -e -f -g 1 -c 1 -n ITERS -w WARMUP -d TYPE -o OP``.
+The parser reads the v2.19 table (with a root column), the ≤2.13 one (no version line) and the oldest
+(no root column, an ``error`` column holding the largest deviation instead of ``#wrong``).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shlex
+import shutil
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from autotaccl.algorithm import Algorithm
+from autotaccl.collectives import canonical_name
+from autotaccl.errors import InputError
+
+from . import launch
+from .results import DTYPES, check_dtype, check_op, frame
+
+log = logging.getLogger(__name__)
+
+BINARIES = {"allgather": "all_gather_perf", "reducescatter": "reduce_scatter_perf", "allreduce": "all_reduce_perf",
+            "alltoall": "alltoall_perf", "broadcast": "broadcast_perf"}
+#: largest deviation the oldest nccl-tests still accepted, per type (its "error" column)
+TOLERANCE = {"float": 1e-5, "half": 1e-2, "double": 1e-12, "int32": 0.0, "bfloat16": 5e-2}
+RUNTIMES = ("both", "legacy", "executor")
+
+
+def xml_collective(path: str | Path) -> str:
+    """The collective an MSCCL XML file implements (its ``<algo coll=...>``)."""
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError) as err:
+        raise InputError(str(path), "document", f"an MSCCL algorithm XML file ({err})") from None
+    coll = root.get("coll")
+    if root.tag != "algo" or coll is None:
+        raise InputError(str(path), "algo.coll", "an <algo> root element with a coll attribute")
+    try:
+        return canonical_name(coll, f"{path}: algo.coll")
+    except InputError:
+        raise InputError(str(path), "algo.coll", f"one of: {', '.join(BINARIES)}") from None
+
+
+def msccl_environment(xml: Path, runtime: str, workdir: Path) -> dict[str, str]:
+    """Variables that make the MSCCL runtime(s) load ``xml`` and nothing else."""
+    if runtime not in RUNTIMES:
+        raise InputError("--runtime", repr(runtime), f"one of: {', '.join(RUNTIMES)}")
+    env: dict[str, str] = {}
+    if runtime in ("both", "legacy"):
+        env.update(MSCCL_XML_FILES=str(xml.resolve()), NCCL_ALGO="MSCCL,RING,TREE")
+    if runtime in ("both", "executor"):
+        algo_dir = workdir / "msccl-algorithms"
+        algo_dir.mkdir(exist_ok=True)
+        shutil.copyfile(xml, algo_dir / xml.name)
+        env.update(NCCL_MSCCL_ENABLE="1", MSCCL_ALGO_DIR=str(algo_dir.resolve()))
+    return env
+
+
+def sweeps(sizes: Sequence[int]) -> list[tuple[int, int, int]]:
+    """``(-b, -e, -f)`` triples: one geometric sweep when the sizes allow it, else one run per size."""
+    sizes = sorted(set(int(s) for s in sizes))
+    if len(sizes) > 1 and sizes[1] % sizes[0] == 0:
+        factor = sizes[1] // sizes[0]
+        if factor > 1 and all(b == a * factor for a, b in zip(sizes, sizes[1:])):
+            return [(sizes[0], sizes[-1], factor)]
+    return [(s, s, 2) for s in sizes]
+
+
+def command(launcher: str | Sequence[str], binary: str, sweep: tuple[int, int, int], *, iters: int, warmup: int,
+            dtype: str, op: str, env: dict[str, str], env_flag: str | None = None) -> list[str]:
+    """The full command line; ``env_flag`` ``-x`` (Open MPI) or ``-genv`` (MPICH) forwards ``env`` explicitly."""
+    argv = shlex.split(launcher) if isinstance(launcher, str) else list(launcher)
+    if env_flag == "-x":
+        for name in env:
+            argv += ["-x", name]
+    elif env_flag == "-genv":
+        for name, value in env.items():
+            argv += ["-genv", name, value]
+    elif env_flag is not None:
+        raise InputError("--env-flag", repr(env_flag), "-x (Open MPI), -genv (MPICH) or nothing (inherit)")
+    b, e, f = sweep
+    return argv + [binary, "-b", str(b), "-e", str(e), "-f", str(f), "-g", "1", "-c", "1", "-n", str(iters),
+                   "-w", str(warmup), "-d", DTYPES[dtype][0], "-o", op]
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+def parse(text: str) -> pd.DataFrame:
+    """nccl-tests' table as result rows (any of the three output formats)."""
+    rows = []
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields or fields[0].startswith("#") or len(fields) not in (12, 13):
+            continue
+        if not (fields[0].isdigit() and fields[1].isdigit()):
+            continue
+        size, count, dtype, redop = int(fields[0]), int(fields[1]), fields[2], fields[3]
+        cells = fields[5:] if len(fields) == 13 else fields[4:]
+        for inplace, (t, algbw, busbw, check) in ((False, cells[0:4]), (True, cells[4:8])):
+            value = _number(check)
+            if len(fields) == 12 and not math.isnan(value):  # oldest format: the largest deviation
+                value = float(value > TOLERANCE.get(dtype, 0.0))
+            bad = not math.isnan(value) and value > 0
+            rows.append({"size": size, "count": count, "type": dtype, "redop": redop, "inplace": inplace,
+                         "time_us": math.nan if bad else _number(t), "algbw": math.nan if bad else _number(algbw),
+                         "busbw": math.nan if bad else _number(busbw), "wrong": value})
+    return frame(rows)
+
+
+def msccl_loaded(text: str) -> bool:
+    """Whether NCCL's INFO log says an MSCCL algorithm was loaded (either runtime)."""
+    return any(mark in text for mark in ("MSCCL algorithms", "MSCCL: Initialization finished", "Using MSCCL Algo files"))
+
+
+class NcclTestsRunner:
+    name = "nccl-tests"
+
+    def measure(self, algorithm, sizes: Sequence[int], **options) -> pd.DataFrame:
+        return measure(algorithm, sizes, **options)
+
+
+def measure(algorithm: Algorithm | str | Path, sizes: Sequence[int], *, binary: str, launcher: str | Sequence[str],
+            runtime: str = "both", iters: int = 20, warmup: int = 5, dtype: str = "float32", op: str = "sum",
+            timeout: float = 600.0, env_flag: str | None = None, workdir: str | None = None,
+            **_ignored) -> pd.DataFrame:
+    """Run nccl-tests on ``algorithm`` (an XML path, or an Algorithm lowered to XML) at ``sizes``.
+
+    ``binary`` is an nccl-tests ``*_perf`` executable or the directory holding them; ``launcher`` the
+    launcher and its arguments (``"mpirun -np 8 --hostfile hosts"``, ``"srun -n 8"``).
+    """
+    check_dtype(dtype), check_op(op)
+    with tempfile.TemporaryDirectory(prefix="autotaccl-nccl-tests-") as tmp:
+        work = Path(workdir or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        if isinstance(algorithm, Algorithm):
+            from autotaccl.lowering import LoweringOptions, lower
+            xml = work / f"{algorithm.name or 'algorithm'}.xml"
+            xml.write_text(lower(algorithm, LoweringOptions()))
+            coll = algorithm.collective.name
+        else:
+            xml = Path(algorithm)
+            if not xml.is_file():
+                raise InputError(str(xml), "file", "an existing MSCCL XML file")
+            coll = xml_collective(xml)
+        exe = Path(binary)
+        if exe.is_dir():
+            exe = exe / BINARIES[coll]
+        if not (exe.is_file() and os.access(exe, os.X_OK)):
+            raise InputError("--binary", str(exe), f"an executable nccl-tests binary ({BINARIES[coll]})")
+        env = msccl_environment(xml, runtime, work)
+        debug = {} if "NCCL_DEBUG" in os.environ else {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
+        frames, loaded = [], True
+        for sweep in sweeps(sizes):
+            argv = command(launcher, str(exe), sweep, iters=iters, warmup=warmup, dtype=dtype, op=op,
+                           env={**env, **debug}, env_flag=env_flag)
+            outcome = launch.run(argv, work, timeout, env={**os.environ, **env, **debug})
+            text = outcome.stdout + "\n" + outcome.stderr
+            rows = parse(outcome.stdout)
+            failed = rows["wrong"].fillna(0).gt(0).any()
+            if outcome.timed_out:
+                raise launch.JobTimeout(f"nccl-tests timed out after {timeout:g} s and was killed: {' '.join(argv)}")
+            if rows.empty or (outcome.returncode != 0 and not failed):
+                tail = " | ".join(text.strip().splitlines()[-3:])
+                raise launch.JobError(f"nccl-tests failed (exit status {outcome.returncode}): {tail}")
+            loaded = loaded and msccl_loaded(text)
+            frames.append(rows)
+        if not loaded and debug:
+            log.warning("NCCL's log never mentions MSCCL: the XML was probably not used (see §6 of the spec)")
+        df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        df.attrs["msccl_loaded"] = loaded
+        return df
