@@ -1,6 +1,7 @@
 """Buffer-size strings as nccl-tests reads them: K/M/G suffixes are binary (1K = 1024)."""
 from __future__ import annotations
 
+import math
 import re
 
 from .errors import InputError
@@ -8,6 +9,7 @@ from .errors import InputError
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
           "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30, "T": 1 << 40, "TB": 1 << 40,
           "TIB": 1 << 40}
+MAX_SIZES = 10_000
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 
 
@@ -44,24 +46,28 @@ def parse_size_range(text: str, source: str = "sizes") -> list[int]:
     if high < low:
         raise InputError(source, repr(text), "MIN not larger than MAX")
     step = parts[2].strip() if len(parts) == 3 else "x2"
-    sizes = [low]
     if step[:1] in ("x", "*"):
         try:
             factor = float(step[1:])
         except ValueError:
             factor = 0.0
-        if factor <= 1:
+        if not (factor > 1 and math.isfinite(factor)):
             raise InputError(source, repr(step), "a factor above 1, such as x2")
-        while sizes[-1] * factor <= high:
-            sizes.append(int(sizes[-1] * factor))
+
+        def grow(size: int) -> int:
+            return int(size * factor)
     elif step[:1] == "+":
         increment = parse_size(step[1:], source)
-        while sizes[-1] + increment <= high:
-            sizes.append(sizes[-1] + increment)
+
+        def grow(size: int) -> int:
+            return size + increment
     else:
         raise InputError(source, repr(step), "a step such as x2 or +1M")
-    if len(sizes) > 10_000:
-        raise InputError(source, repr(text), "at most 10000 sizes")
+    sizes = [low]
+    while grow(sizes[-1]) <= high:  # checked as it grows: a tiny step must not run away
+        if len(sizes) >= MAX_SIZES:
+            raise InputError(source, repr(text), f"at most {MAX_SIZES} sizes")
+        sizes.append(grow(sizes[-1]))
     return sizes
 
 
