@@ -164,7 +164,9 @@ def test_broken_yaml_profile(capsys, write_yaml):
     assert f"{path}: line " in bad_input(capsys, "topo", "show", "--hardware", path)
 
 
-@pytest.mark.parametrize("sizes", ["1K:banana", "12Q", "0", "1K:1M:x1", "1M:1K", "-4"])
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("sizes", ["1K:banana", "12Q", "0", "1K:1M:x1", "1M:1K", "-4", "1K:1G:xinf",
+                                   "1K:1G:x1.0001", "1:1G:+1"])   # the last two would grow forever
 def test_invalid_size_string(ar_ring, capsys, sizes):
     line = bad_input(capsys, "simulate", ar_ring, "--hardware", "ndv2", "--nodes", "2", "--sizes", sizes)
     assert "--sizes: " in line
