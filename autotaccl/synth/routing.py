@@ -37,7 +37,9 @@ Send = tuple[int, int, int]          # (chunk, src, dst)
 @dataclass(frozen=True)
 class RoutingOptions:
     milp: SolverOptions = SolverOptions()
-    slack: int = 0                   # extra hops allowed beyond the sketch's shortest route
+    slack: int | None = None         # extra hops allowed beyond the sketch's shortest route; None = auto:
+                                     # 1 while that keeps at most `auto_slack_limit` candidates, else 0
+    auto_slack_limit: int = 12_000
     tie_weight: float = 1e-3         # weight of the unique-connection / min-max terms, relative to one transfer
 
 
@@ -218,7 +220,11 @@ def route(lt: LogicalTopology, options: RoutingOptions = RoutingOptions()) -> Ro
     began = time.perf_counter()
     coll = lt.collective
     C = coll.num_chunks
-    cand = {c: chunk_edges(lt, c, options.slack) for c in range(C)}
+    slack = 1 if options.slack is None else options.slack
+    cand = {c: chunk_edges(lt, c, slack) for c in range(C)}
+    if options.slack is None and sum(map(len, cand.values())) > options.auto_slack_limit:
+        slack = 0
+        cand = {c: chunk_edges(lt, c, slack) for c in range(C)}
     triples = [(c, u, v) for c in range(C) for u, v in cand[c]]
     perms = symmetry_permutations(lt)
     sources = {c: next(iter(coll.precondition(c))) for c in range(C)}
@@ -321,7 +327,7 @@ def route(lt: LogicalTopology, options: RoutingOptions = RoutingOptions()) -> Ro
     arrival = {(c, r): float(vals[col_a[(c, r)]]) for c, r in arr_items}
     _check_trees(lt, sends, sources)
     report = StageReport(time.perf_counter() - began, sol.variables, sol.constraints, sol.status, sol.solver,
-                         sol.message)
+                         f"slack {slack}" + (f"; {sol.message}" if sol.message else ""))
     log.info("routing: %d sends, bound %.1f us, %s", len(sends), sol.objective or 0.0, report)
     return Routing(tuple(sends), arrival, float(vals[T]), report)
 

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..algorithm import Algorithm, Transfer, renumber_steps, verify
 from ..milp import Model, SolverOptions, solve
 from ..milp.solution import StageReport
+from ..simulate import rounds
 from .logical import LogicalTopology
 from .ordering import Ordering
 from .routing import Routing, Send
@@ -39,7 +40,9 @@ class ScheduleOptions:
     serialize_branches: bool = False        # a chunk's sends out of one rank never overlap (combine)
     # weight of the busiest arc's load (alpha saved by batching included) next to the makespan: large
     # buffers run as a pipeline of slices whose time is set by that load, so it is what they pay for
-    throughput_weight: float = 1.0
+    # None = auto: the number of extra pipeline slices a runtime cuts a chunk of lt.chunk_bytes into
+    # (autotaccl.simulate.rounds - 1, at least 1), i.e. how often that load repeats after the first slice
+    throughput_weight: float | None = None
 
 
 @dataclass(frozen=True)
@@ -51,15 +54,29 @@ class Schedule:
 
 def schedule(lt: LogicalTopology, routing: Routing, ordering: Ordering,
              options: ScheduleOptions = ScheduleOptions()) -> Schedule:
-    """Stage 3: solve the contiguity MILP; returns the algorithm and its planned makespan."""
+    """Stage 3: solve the contiguity MILP; returns the algorithm and its planned makespan.
+
+    Large chunks run as a pipeline of ``k = rounds(chunk)`` slices (as runtimes and the simulator do),
+    so the model prices one slice (``chunk / k``) and, by default, adds ``k - 1`` times the busiest
+    arc's slice load: the makespan of a pipeline is about one slice's makespan plus that.
+    """
     began = time.perf_counter()
     sends = list(routing.sends)
-    cost = {s: lt.cost_us(s[1], s[2]) for s in sends}
-    beta = {s: cost[s] - lt.graph.edges[s[1], s[2]]["alpha_us"] for s in sends}
+    slices = rounds(lt.chunk_bytes)
+    weight = float(slices - 1) if options.throughput_weight is None else options.throughput_weight
+    sliced = replace(lt, chunk_bytes=lt.chunk_bytes / slices)
+    cost = {s: sliced.cost_us(s[1], s[2]) for s in sends}
+    alpha = {s: lt.graph.edges[s[1], s[2]]["alpha_us"] for s in sends}
+    beta = {s: cost[s] - alpha[s] for s in sends}
     parent = {(c, v): (c, u, v) for c, u, v in sends}
-    horizon = ordering.makespan * (1 + 1e-9) + 1e-6
-
     pairs = _batch_pairs(lt, ordering, options) if options.contiguity and options.batch_window > 1 else []
+    branch_pairs = _branch_pairs(sends, ordering) if options.serialize_branches else []
+    list_start = timeline(sends, parent, ordering.resource_order, set(), lambda s, k: alpha[s] + k * beta[s],
+                          branch_pairs)
+    list_span = max((list_start[s] + cost[s] for s in sends), default=0.0)
+    # no better solution ends later than the list schedule plus what the throughput term could repay
+    alpha_saved = sum(alpha[b] for _, b in pairs)
+    horizon = (list_span + max(0.0, weight) * alpha_saved) * (1 + 1e-9) + 1e-6
     batched = {s for p in pairs for s in p}
 
     m = Model("schedule")
@@ -105,15 +122,9 @@ def schedule(lt: LogicalTopology, routing: Routing, ordering: Ordering,
                 m.add_indicator(z, 1, [e_col[a], e_col[b]], [1.0, -1.0], ">=", 0.0)     # one end
             else:
                 at_least(b, a)
-    if options.serialize_branches:
-        by_origin: dict[tuple[int, int], list[Send]] = {}
-        for s in sends:
-            by_origin.setdefault((s[0], s[1]), []).append(s)
-        for segs in by_origin.values():
-            segs.sort(key=lambda s: (ordering.start[s], s))
-            for a, b in zip(segs, segs[1:]):
-                if (a, b) not in chained:
-                    at_least(b, a)
+    for a, b in branch_pairs:
+        if (a, b) not in chained:
+            at_least(b, a)
     # at most batch_window chunks per batch: no window of that many consecutive links all "together"
     run = _runs(pairs)
     w = options.batch_window
@@ -125,9 +136,9 @@ def schedule(lt: LogicalTopology, routing: Routing, ordering: Ordering,
     # objective: makespan + weight * busiest arc load, then (tie-break) fewer transfers and earlier starts
     unit = min(cost.values()) if cost else 1.0
     obj = {T: 1.0}
-    if options.throughput_weight > 0:
+    if weight > 0:
         L = m.add_var(0.0, horizon, name="L")
-        obj[L] = options.throughput_weight
+        obj[L] = weight
         saved: dict[object, list[tuple[int, float]]] = {}
         for (a, b), z in z_col.items():
             for arc in lt.resources(a[1], a[2]):
@@ -145,12 +156,12 @@ def schedule(lt: LogicalTopology, routing: Routing, ordering: Ordering,
     for s in sends:
         obj[t_col[s]] = 1e-6
     m.set_objective(list(obj), list(obj.values()))
-    start = {t_col[s]: ordering.start[s] for s in sends}
+    start = {t_col[s]: list_start[s] for s in sends}
     for s in batched:
-        start[e_col[s]] = start[w_col[s]] = ordering.start[s] + cost[s]
+        start[e_col[s]] = start[w_col[s]] = list_start[s] + cost[s]
     start.update({z: 0.0 for z in z_col.values()})
-    start[T] = ordering.makespan
-    if options.throughput_weight > 0:
+    start[T] = list_span
+    if weight > 0:
         start[L] = max(sum(cost[s] for s in segs) for segs in ordering.resource_order.values())
     m.set_start(list(start), list(start.values()))
 
@@ -158,19 +169,86 @@ def schedule(lt: LogicalTopology, routing: Routing, ordering: Ordering,
     if sol.values is None:
         # the list schedule is feasible; keep it rather than fail
         log.warning("scheduling: %s; using the stage-2 list schedule", sol.message)
-        times, together, makespan = dict(ordering.start), set(), ordering.makespan
+        together: set = set()
         status = "time_limit" if sol.status == "error" else sol.status
     else:
         v = sol.values
-        times = {s: float(v[t_col[s]]) for s in sends}
         together = {p for p, z in z_col.items() if v[z] > 0.5}
-        makespan, status = float(v[T]), sol.status
+        status = sol.status
+    # planned times at the full chunk size, keeping the solved order and batches
+    full = {s: lt.cost_us(s[1], s[2]) - alpha[s] for s in sends}
+    times = timeline(sends, parent, ordering.resource_order, together, lambda s, k: alpha[s] + k * full[s],
+                     branch_pairs)
+    led = {b for _, b in together}
+    sizes = _batch_sizes(together)
+    makespan = max((times[s] + alpha[s] + sizes.get(s, 1) * full[s] for s in sends if s not in led), default=0.0)
     algorithm = _algorithm(lt, sends, times, together, makespan)
     verify(algorithm, lt.graph)
     report = StageReport(time.perf_counter() - began, sol.variables, sol.constraints, status, sol.solver, sol.message)
-    log.info("scheduling: makespan %.1f us (list schedule %.1f), %d batched pairs, %s",
-             makespan, ordering.makespan, len(together), report)
+    log.info("scheduling: %d slice(s), slice makespan %.1f us (list schedule %.1f), %d batched pairs, %s",
+             slices, float(sol.values[T]) if sol.values is not None else list_span, list_span, len(together), report)
     return Schedule(algorithm, makespan, report)
+
+
+def _branch_pairs(sends, ordering: Ordering) -> list[tuple[Send, Send]]:
+    """Consecutive sends of one chunk out of one rank, in stage-2 order (serialised for combine)."""
+    by_origin: dict[tuple[int, int], list[Send]] = {}
+    for s in sends:
+        by_origin.setdefault((s[0], s[1]), []).append(s)
+    out = []
+    for segs in by_origin.values():
+        segs.sort(key=lambda s: (ordering.start[s], s))
+        out.extend(zip(segs, segs[1:]))
+    return out
+
+
+def _batch_sizes(together) -> dict[Send, int]:
+    """Leader of each batch -> number of chunks in it."""
+    return {chain[0][0]: len(chain) + 1 for chain in _runs(sorted(together))}
+
+
+def timeline(sends, parent, resource_order, together, duration, after=()) -> dict[Send, float]:
+    """Earliest start of every transfer that keeps each arc's order and the batches.
+
+    A batch (a run of ``together`` pairs) is one transfer led by its first member, starting when all
+    members' chunks have arrived and the previous transfer on each arc has ended, lasting
+    ``duration(leader, k)``. ``after`` holds extra (earlier, later) pairs. Raises ValueError if the orders and the routing form a cycle.
+    """
+    lead = {s: s for s in sends}
+    for chain in _runs(sorted(together)):
+        head = chain[0][0]
+        for _, b in chain:
+            lead[b] = head
+    size: dict[Send, int] = {}
+    for s in sends:
+        size[lead[s]] = size.get(lead[s], 0) + 1
+    preds: dict[Send, set[Send]] = {lead[s]: set() for s in sends}
+    for s in sends:
+        p = parent.get((s[0], s[1]))
+        if p is not None:
+            preds[lead[s]].add(lead[p])
+    for segs in list(resource_order.values()) + [list(p) for p in after]:
+        groups = [lead[s] for s in segs]
+        for a, b in zip(groups, groups[1:]):
+            if a != b:
+                preds[b].add(a)
+    succ: dict[Send, list[Send]] = {g: [] for g in preds}
+    indeg = {g: len(p) for g, p in preds.items()}
+    for g, ps in preds.items():
+        for p in ps:
+            succ[p].append(g)
+    start: dict[Send, float] = {}
+    todo = sorted(g for g, d in indeg.items() if d == 0)
+    while todo:
+        g = todo.pop()
+        start[g] = max((start[p] + duration(p, size[p]) for p in preds[g]), default=0.0)
+        for n in succ[g]:
+            indeg[n] -= 1
+            if not indeg[n]:
+                todo.append(n)
+    if len(start) != len(preds):
+        raise ValueError("the transfer orders and the routing form a cycle")
+    return {s: start[lead[s]] for s in sends}
 
 
 def _batch_pairs(lt: LogicalTopology, ordering: Ordering, options: ScheduleOptions) -> list[tuple[Send, Send]]:

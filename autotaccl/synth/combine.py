@@ -1,0 +1,114 @@
+"""ReduceScatter as the time-reversed AllGather, AllReduce as ReduceScatter then AllGather (taccl.md §7).
+
+An AllGather tree that carries chunk ``c`` from its owner to every rank, run backwards, is a
+reduction tree that gathers every rank's contribution to ``c`` into the owner: each copy ``u -> v``
+at time ``t`` becomes a reduce ``v -> u`` at ``makespan - t - duration``. To use the links the
+ReduceScatter really uses, the AllGather is synthesised on the *reversed* graph (edge ``v -> u`` there
+has the cost and resources of ``u -> v`` here). Branches of one chunk out of one rank are serialised
+(heuristic 12 and stage 3), because reversed they are reductions into the same buffer.
+
+Unlike the reference, the composed AllReduce works on all ``R*k`` buffer slots (taccl.md §7.9).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from ..algorithm import Algorithm, Transfer, renumber_steps, verify
+from ..collectives import Collective
+from ..milp.solution import SolverOptions, StageReport
+from .logical import LogicalTopology
+from .ordering import order
+from .routing import RoutingOptions, route
+from .scheduling import ScheduleOptions, Schedule, schedule
+
+log = logging.getLogger(__name__)
+
+
+def allgather_view(lt: LogicalTopology, reverse: bool) -> LogicalTopology:
+    """The AllGather whose (reversed) schedule serves ``lt``'s reduction collective.
+
+    ``reverse=True``: on the reversed graph with reversed links, for the ReduceScatter half; the
+    sender map and own-first ordering are properties of forward sends and are not carried over.
+    """
+    coll = Collective("allgather", lt.collective.ranks, lt.collective.chunkup)
+    if not reverse:
+        return replace(lt, collective=coll)
+    return replace(lt, graph=lt.graph.reverse(copy=True), collective=coll,
+                   edges=frozenset((v, u) for u, v in lt.edges), senders={}, enforce_ordering=False)
+
+
+def reverse_allgather(lt_rev: LogicalTopology, allgather: Algorithm, collective: Collective) -> Algorithm:
+    """ReduceScatter transfers (for ``collective``'s chunks) from an AllGather scheduled on ``lt_rev``."""
+    ends = [(t, (t.start_us or 0.0) + lt_rev.cost_us(t.src, t.dst, len(t.chunks))) for t in allgather.transfers]
+    makespan = max(e for _, e in ends)
+    out = [(makespan - e, Transfer(t.chunks, t.dst, t.src, 0, "reduce", t.link, max(0.0, makespan - e)))
+           for t, e in ends]
+    out.sort(key=lambda x: (round(x[0], 6), x[1].dst, x[1].src, x[1].chunks))
+    steps = {s: i for i, s in enumerate(sorted({round(s, 6) for s, _ in out}))}
+    transfers = tuple(replace(t, step=steps[round(s, 6)]) for s, t in out)
+    meta = {**dict(allgather.metadata), "makespan_us": round(makespan, 6), "combine": "reversed allgather"}
+    return Algorithm(allgather.name.replace("allgather", collective.name), Collective(
+        "reducescatter", collective.ranks, collective.chunkup), transfers, allgather.topology, meta)
+
+
+def then(first: Algorithm, second: Algorithm, collective: Collective) -> Algorithm:
+    """``first`` followed by ``second`` (times shifted by ``first``'s makespan), as one ``collective``."""
+    shift = float(first.metadata.get("makespan_us", 0.0))
+    base = first.num_steps
+    moved = [replace(t, step=t.step + base, start_us=None if t.start_us is None else t.start_us + shift)
+             for t in second.transfers]
+    meta = {"synthesizer": first.metadata.get("synthesizer", "autotaccl-milp"), "chunk_bytes":
+            first.metadata.get("chunk_bytes"), "makespan_us": round(shift + float(second.metadata.get("makespan_us", 0.0)), 6),
+            "combine": "reducescatter then allgather"}
+    name = first.name.replace(first.collective.name, collective.name)
+    return Algorithm(name, collective, renumber_steps(tuple(first.transfers) + tuple(moved)), first.topology, meta)
+
+
+def _stages(lt: LogicalTopology, solver: SolverOptions, heuristic, prefix: str, contiguity: bool, window: int,
+            reverse: bool) -> tuple[Schedule, dict[str, StageReport]]:
+    routed = route(lt, RoutingOptions(milp=solver))
+    if reverse:
+        routed = replace(routed, reverse=True)
+    ordered = order(lt, routed, heuristic)
+    done = schedule(lt, routed, ordered, ScheduleOptions(milp=solver, contiguity=contiguity, batch_window=window,
+                                                         serialize_branches=reverse))
+    return done, {f"{prefix}routing": routed.report, f"{prefix}ordering": ordered.report,
+                  f"{prefix}scheduling": done.report}
+
+
+def reduce_scatter(lt: LogicalTopology, solver: SolverOptions = SolverOptions(), heuristic="auto",
+                   contiguity: bool = True, window: int = 6) -> tuple[Algorithm, dict[str, StageReport]]:
+    """ReduceScatter for ``lt`` (any reduction collective's graph and links): reversed AllGather."""
+    lt_rev = allgather_view(lt, reverse=True)
+    done, stages = _stages(lt_rev, solver, heuristic, "rs-", contiguity, window, reverse=True)
+    coll = Collective("reducescatter", lt.collective.ranks, lt.collective.chunkup)
+    return reverse_allgather(lt_rev, done.algorithm, coll), stages
+
+
+def all_reduce(lt: LogicalTopology, solver: SolverOptions = SolverOptions(), heuristic="auto",
+               contiguity: bool = True, window: int = 6) -> tuple[Algorithm, dict[str, StageReport]]:
+    """AllReduce = ReduceScatter, then an AllGather synthesised on the forward links."""
+    rs, stages = reduce_scatter(lt, solver, heuristic, contiguity, window)
+    done, ag_stages = _stages(allgather_view(lt, reverse=False), solver,
+                              "auto" if heuristic in (12, 18, "combine-sum", "combine-branch") else heuristic,
+                              "ag-", contiguity, window, reverse=False)
+    coll = Collective("allreduce", lt.collective.ranks, lt.collective.chunkup)
+    return then(rs, done.algorithm, coll), {**stages, **ag_stages}
+
+
+def combine_stage(lt: LogicalTopology, sketch, solver: SolverOptions) -> tuple[Algorithm, dict[str, StageReport]]:
+    """The pipeline's entry for reduction collectives: ``lt.collective`` is reducescatter or allreduce."""
+    heuristic = getattr(sketch, "ordering", "auto") if sketch is not None else "auto"
+    contiguity = getattr(sketch, "contiguity", True) if sketch is not None else True
+    window = getattr(sketch, "batch_window", 6) if sketch is not None else 6
+    name = lt.collective.name
+    if name == "reducescatter":
+        algorithm, stages = reduce_scatter(lt, solver, heuristic, contiguity, window)
+    elif name == "allreduce":
+        algorithm, stages = all_reduce(lt, solver, heuristic, contiguity, window)
+    else:
+        raise ValueError(f"combine builds reducescatter or allreduce, not {name}")
+    algorithm = replace(algorithm, collective=lt.collective)
+    verify(algorithm, lt.graph)
+    return algorithm, stages
