@@ -223,3 +223,15 @@ def test_output_in_a_missing_directory(tmp_path, capsys):
 def test_unknown_collective_and_bad_nodes(tmp_path, capsys):
     assert "--collective: 'allgatherv'" in bad_input(capsys, "bounds", "--hardware", "ring", "--collective", "allgatherv")
     assert "--nodes: 0" in bad_input(capsys, "bounds", "--hardware", "ring", "--nodes", "0", "--collective", "ag")
+
+
+def test_taccl_topology_through_baseline_simulate_and_bounds(tmp_path, capsys, taccl_topo_dir):
+    hw = ["--hardware", taccl_topo_dir / "topo-ndv2-1MB.json", "--chunk-size", "1M", "--nodes", "2"]
+    out = tmp_path / "ag.json"
+    code, _, err = run(capsys, "baseline", *hw, "--collective", "allgather", "--algorithm", "hierarchical", "-o", out)
+    assert code == 0, err
+    (row,) = run_json(capsys, "simulate", out, *hw, "--sizes", "256M")["rows"]
+    nic = (1 << 20) / 105 / 1e3            # one NIC per node: 1 MiB per 105 µs
+    assert row["bound_algbw"] == pytest.approx(2 * nic, rel=1e-3)   # the node cut: 2 nodes x one NIC
+    assert 0.5 * row["bound_algbw"] < row["algbw"] <= row["bound_algbw"]
+    assert run_json(capsys, "bounds", *hw, "--collective", "ag")["algbw_GBps"] == pytest.approx(2 * nic, rel=1e-3)
