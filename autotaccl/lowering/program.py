@@ -62,6 +62,19 @@ LIMITS = {"msccl-executor": Limits(steps_per_tb=64, tbs_per_gpu=1024),
 LEGACY_NO_LIMIT = 1 << 30
 
 
+def inplace_cell(coll: str, per_rank: int, rank: int, buf: str, off: int) -> tuple[str, int]:
+    """The buffer location ``buf[off]`` of ``rank`` is in an in-place call (§1.6): ``i`` and ``o`` alias.
+
+    ``per_rank`` = nchunksperloop / ngpus. AllGather: i[j] = o[rank*per_rank+j]; ReduceScatter:
+    o[j] = i[rank*per_rank+j]; every other collective: o[k] = i[k].
+    """
+    if coll == "allgather":
+        return ("o", rank * per_rank + off) if buf == "i" else (buf, off)
+    if coll == "reducescatter":
+        return ("i", rank * per_rank + off) if buf == "o" else (buf, off)
+    return ("i", off) if buf == "o" else (buf, off)
+
+
 @dataclass(frozen=True)
 class Step:
     s: int

@@ -15,7 +15,7 @@ import random
 from collections import deque
 from dataclasses import dataclass
 
-from ..lowering.program import Program
+from ..lowering.program import Program, inplace_cell
 from .report import Problem
 from .static import buffer_sizes
 
@@ -96,15 +96,9 @@ class Replay:
     # ------------------------------------------------------------------ memory model
     def canon(self, rank: int, buf: str, off: int) -> tuple[int, int, int]:
         """The memory cell ``buf[off]`` of ``rank`` names, after §1.6 aliasing in in-place mode."""
-        b = _BUF[buf]
         if self.mode == "inplace":
-            if self.coll == "allgather" and buf == "i":
-                return rank, 1, rank * self.B + off
-            if self.coll == "reducescatter" and buf == "o":
-                return rank, 0, rank * self.B + off
-            if self.coll not in ("allgather", "reducescatter") and buf == "o":
-                return rank, 0, off
-        return rank, b, off
+            buf, off = inplace_cell(self.coll, self.B, rank, buf, off)
+        return rank, _BUF[buf], off
 
     def initial(self) -> dict:
         mem = {}

@@ -1,0 +1,150 @@
+"""``lower(algorithm, options) -> str``: the IR as MSCCL XML for one runtime.
+
+Pipeline: verify -> replicate instances -> thread blocks and fusion -> buffer layout -> steps ->
+dependencies -> numbering (thread blocks, nops) -> runtime limits -> XML text.
+"""
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+
+from ..algorithm import Algorithm, VerificationError, verify
+from .buffers import layout
+from .options import LoweringError, LoweringOptions
+from .program import COLL_NAMES, LEGACY_NO_LIMIT, LIMITS, Gpu, Program, Step, ThreadBlock
+from .replicate import replicate
+from .steps import StepRec, add_dependencies, build_steps
+from .threadblocks import TbKey, Uses, plan_threadblocks
+from .xmlwrite import write_xml
+
+log = logging.getLogger(__name__)
+
+
+def lower(algorithm: Algorithm, options: LoweringOptions | None = None) -> str:
+    """MSCCL XML text of ``algorithm``; raises LoweringError naming the runtime limit it cannot fit."""
+    return write_xml(lower_program(algorithm, options))
+
+
+def lower_program(algorithm: Algorithm, options: LoweringOptions | None = None) -> Program:
+    opts = (options or LoweringOptions()).validated()
+    source = algorithm.name or "<algorithm>"
+    try:
+        verify(algorithm)
+    except VerificationError as err:
+        raise LoweringError(source, "algorithm", f"an algorithm that passes verify ({err})") from None
+    if algorithm.collective.name not in COLL_NAMES[opts.runtime]:
+        raise LoweringError(source, "collective", f"one the {opts.runtime} runtime runs")
+    limits = LIMITS[opts.runtime]
+    links = 1 + max((t.link for t in algorithm.transfers), default=0)
+    if links * opts.instances > limits.channels:
+        raise LoweringError(source, "channels", f"at most {limits.channels} channels (links x instances); "
+                            f"{links} link(s) x {opts.instances} instance(s) = {links * opts.instances}, "
+                            f"{links * opts.instances - limits.channels} too many")
+    expanded, channels = replicate(algorithm, opts.instances)
+    coll = expanded.collective
+    uses = Uses.of(expanded)
+    for pair in (True, False):
+        plan = plan_threadblocks(expanded, channels, uses, pair)
+        lay = layout(expanded, plan, uses, opts.inplace)
+        steps = build_steps(expanded, plan, lay, limits.max_cnt)
+        add_dependencies(steps, coll.name, coll.chunkup, opts.inplace, opts.outofplace)
+        gpus = _number(steps, coll, lay.scratch, source, limits)
+        problem = _deadlock(Program(_header(algorithm, coll, gpus, opts), gpus), coll.name, opts)
+        if problem is None:
+            break
+        log.info("%s: %s; lowering again with separate send and receive thread blocks", source, problem)
+    else:
+        raise LoweringError(source, "schedule", f"a program that cannot deadlock; even without fused steps: {problem}")
+    program = Program(_header(algorithm, coll, gpus, opts), gpus)
+    _check_limits(program, source, opts.runtime)
+    log.info("lowered %s: %d ranks, %d channels, %d thread blocks, %d steps", source, coll.ranks,
+             int(program.header["nchannels"]), sum(len(g.tbs) for g in gpus),
+             sum(len(tb.steps) for g in gpus for tb in g.tbs))
+    return program
+
+
+def _deadlock(program: Program, coll_name: str, opts: LoweringOptions):
+    """The deadlock (or other replay problem) of one deterministic run, or None."""
+    from ..xmlcheck.replay import Replay
+    mode = "outofplace" if opts.outofplace else "inplace"
+    return Replay(program, coll_name, mode).run(None, races=False)
+
+
+def _header(algorithm: Algorithm, coll, gpus, opts: LoweringOptions) -> dict[str, str]:
+    nchunks = max(max(coll.input_chunks(r), coll.output_chunks(r)) for r in range(coll.ranks))
+    nchannels = 1 + max((tb.chan for g in gpus for tb in g.tbs), default=0)
+    max_bytes = opts.max_bytes
+    if opts.runtime == "msccl":   # exclusive bound; 0 would mean "never"
+        max_bytes = LEGACY_NO_LIMIT if max_bytes is None else max_bytes + 1
+    return {"name": algorithm.name or "autotaccl", "proto": opts.proto, "nchannels": str(nchannels),
+            "nchunksperloop": str(nchunks), "ngpus": str(coll.ranks), "coll": COLL_NAMES[opts.runtime][coll.name],
+            "inplace": str(int(opts.inplace)), "outofplace": str(int(opts.outofplace)),
+            "minBytes": str(opts.min_bytes), "maxBytes": str(max_bytes or 0)}
+
+
+def _number(steps: list[StepRec], coll, scratch, source: str, limits) -> tuple[Gpu, ...]:
+    """Thread-block ids (sorted by send, recv, channel; dependency targets first if ids > 127 would
+    otherwise be targets), ``s`` indices with nops for extra dependencies, and ``hasdep``."""
+    by_tb: dict[TbKey, list[StepRec]] = defaultdict(list)
+    for st in steps:
+        by_tb[st.tb].append(st)
+    targets = {d.tb for st in steps for d in st.deps}
+    tb_id: dict[TbKey, int] = {}
+    for rank in range(coll.ranks):
+        keys = sorted((k for k in by_tb if k[0] == rank), key=lambda k: (k[1], k[2], k[3]))
+        if any(k in targets for k in keys[limits.dep_target_tb + 1:]):
+            keys.sort(key=lambda k: k not in targets)
+            n_targets = sum(k in targets for k in keys)
+            if n_targets > limits.dep_target_tb + 1:
+                raise LoweringError(source, "dependency target thread blocks",
+                                    f"at most {limits.dep_target_tb + 1} per rank (ids <= {limits.dep_target_tb}); "
+                                    f"rank {rank} needs {n_targets}, {n_targets - limits.dep_target_tb - 1} too many")
+        for i, k in enumerate(keys):
+            tb_id[k] = i
+    xml_index: dict[int, int] = {}
+    for key, sts in by_tb.items():
+        s = 0
+        for st in sts:
+            st.deps.sort(key=lambda d: tb_id[d.tb])
+            s += max(len(st.deps) - 1, 0)
+            xml_index[id(st)] = s
+            s += 1
+    is_target = {id(d) for st in steps for d in st.deps}
+    gpus = []
+    for rank in range(coll.ranks):
+        tbs = []
+        for key in sorted((k for k in by_tb if k[0] == rank), key=lambda k: tb_id[k]):
+            out: list[Step] = []
+            for st in by_tb[key]:
+                for d in st.deps[1:]:
+                    out.append(Step(len(out), "nop", "i", -1, "o", -1, 0, tb_id[d.tb], xml_index[id(d)], 0))
+                dep = st.deps[0] if st.deps else None
+                out.append(Step(len(out), st.type, st.src[0], st.src[1], st.dst[0], st.dst[1], st.cnt,
+                                tb_id[dep.tb] if dep else -1, xml_index[id(dep)] if dep else -1,
+                                int(id(st) in is_target)))
+            tbs.append(ThreadBlock(tb_id[key], key[1], key[2], key[3], tuple(out)))
+        gpus.append(Gpu(rank, coll.input_chunks(rank), coll.output_chunks(rank), scratch[rank], tuple(tbs)))
+    return tuple(gpus)
+
+
+def _check_limits(program: Program, source: str, runtime: str) -> None:
+    limits = LIMITS[runtime]
+    for gpu in program.gpus:
+        if len(gpu.tbs) > limits.tbs_per_gpu:
+            raise LoweringError(source, "thread blocks per GPU",
+                                f"at most {limits.tbs_per_gpu} on {runtime}; rank {gpu.id} needs {len(gpu.tbs)}, "
+                                f"{len(gpu.tbs) - limits.tbs_per_gpu} too many")
+        for tb in gpu.tbs:
+            if len(tb.steps) > limits.steps_per_tb:
+                raise LoweringError(source, "steps per thread block",
+                                    f"at most {limits.steps_per_tb} on {runtime}; rank {gpu.id} tb {tb.id} "
+                                    f"(send {tb.send}, recv {tb.recv}, channel {tb.chan}) needs {len(tb.steps)}, "
+                                    f"{len(tb.steps) - limits.steps_per_tb} too many (use fewer chunks or more links)")
+        nodes = 1 + program.ngpus + len(gpu.tbs) + sum(len(tb.steps) for tb in gpu.tbs)
+        if nodes > limits.nodes_per_rank:
+            raise LoweringError(source, "XML nodes per rank", f"at most {limits.nodes_per_rank}; rank {gpu.id} needs "
+                                f"{nodes}, {nodes - limits.nodes_per_rank} too many")
+        for buf, size in (("i", gpu.i_chunks), ("o", gpu.o_chunks), ("s", gpu.s_chunks)):
+            if size > limits.max_offset + 1:
+                raise LoweringError(source, "buffer chunks", f"offsets < {limits.max_offset + 1} (int16); rank "
+                                    f"{gpu.id} needs {size} {buf} chunks, {size - limits.max_offset - 1} too many")

@@ -1,0 +1,156 @@
+"""Thread blocks and fusion: which thread block sends or receives each transfer, and which receive is
+fused with the send that forwards it (``rcs``, ``rrs``, ``rrcs``).
+
+A thread block has one send peer and one receive peer on one channel, and a rank has at most one per
+(peer, channel, direction). On each (rank, channel) the receive peer ``p`` is paired with the send peer
+``q`` that forwards most of what arrives from ``p`` (a ring gets one ``send=r+1 recv=r-1`` block);
+unpaired peers get a block of their own. A receive is fused with the next step of its thread block when
+that step sends exactly the chunks just received and nothing touched them in between.
+"""
+from __future__ import annotations
+
+import bisect
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+from ..algorithm import Algorithm
+
+#: (rank, send peer, receive peer, channel)
+TbKey = tuple[int, int, int, int]
+
+
+@dataclass(frozen=True)
+class Uses:
+    """Per (rank, chunk), the transfers touching it in program order: (index, "send"|"copy"|"reduce")."""
+    events: dict[tuple[int, int], list[tuple[int, str]]]
+
+    @classmethod
+    def of(cls, algorithm: Algorithm) -> "Uses":
+        events: dict[tuple[int, int], list[tuple[int, str]]] = defaultdict(list)
+        for t, tr in enumerate(algorithm.transfers):
+            for c in tr.chunks:
+                events[(tr.src, c)].append((t, "send"))
+                events[(tr.dst, c)].append((t, tr.op))
+        return cls(dict(events))
+
+    def next(self, rank: int, chunk: int, after: int) -> tuple[int, str] | None:
+        ev = self.events.get((rank, chunk), [])
+        k = bisect.bisect_right(ev, (after, "~"))
+        return ev[k] if k < len(ev) else None
+
+    def used_after(self, rank: int, chunk: int, after: int) -> bool:
+        return self.next(rank, chunk, after) is not None
+
+
+def event_times(algorithm: Algorithm) -> tuple[tuple[int, int], ...]:
+    """Per transfer, (step, level): its send runs at (step, level, 0, t), its receive at (step, level, 1, t).
+
+    Sends of a step come before its receives (a ring block sends its own chunk before it receives),
+    except where a transfer of the same step reads what an earlier one writes: it goes a level higher.
+    Conflicting accesses to a (rank, chunk) thus keep their program order; the rest run in any order.
+    """
+    out = []
+    step = None
+    wrote: dict[tuple[int, int], int] = {}
+    read: dict[tuple[int, int], int] = {}
+    for tr in algorithm.transfers:
+        if tr.step != step:
+            step, wrote, read = tr.step, {}, {}
+        level = 0
+        for c in tr.chunks:
+            src, dst = (tr.src, c), (tr.dst, c)
+            level = max(level, wrote.get(src, -1) + 1, wrote.get(dst, 0), read.get(dst, 0))
+        for c in tr.chunks:
+            src, dst = (tr.src, c), (tr.dst, c)
+            read[src] = max(read.get(src, 0), level)
+            wrote[dst] = max(wrote.get(dst, 0), level)
+            if tr.op == "reduce":
+                read[dst] = max(read.get(dst, 0), level)
+        out.append((tr.step, level))
+    return tuple(out)
+
+
+def event_order(algorithm: Algorithm) -> list[tuple[int, str]]:
+    """Every (transfer, "send"|"recv") in the order the lowered program runs them (see event_times)."""
+    times = event_times(algorithm)
+    keys = [(times[t] + (0, t), t, "send") for t in range(len(times))]
+    keys += [(times[t] + (1, t), t, "recv") for t in range(len(times))]
+    return [(t, kind) for _, t, kind in sorted(keys)]
+
+
+@dataclass(frozen=True)
+class Plan:
+    send_tb: tuple[TbKey, ...]       # per transfer, its sending thread block
+    recv_tb: tuple[TbKey, ...]       # per transfer, its receiving thread block
+    fused_next: dict[int, int]       # t1 -> t2: the receive of t1 also sends t2
+    stored: tuple[bool, ...]         # per transfer, whether its receive stores the result locally
+
+
+def forward_candidates(algorithm: Algorithm, channels: tuple[int, ...], uses: Uses) -> dict[int, int]:
+    """t1 -> t2 where t2 forwards, from t1's destination on t1's channel, exactly t1's chunks, and those
+    chunks are untouched on that rank between t1 and t2."""
+    out = {}
+    transfers = algorithm.transfers
+    for t1, tr in enumerate(transfers):
+        nxt = {uses.next(tr.dst, c, t1) for c in tr.chunks}
+        if len(nxt) != 1:
+            continue
+        (ev,) = nxt
+        if ev is None or ev[1] != "send":
+            continue
+        t2 = ev[0]
+        if set(transfers[t2].chunks) == set(tr.chunks) and channels[t2] == channels[t1]:
+            out[t1] = t2
+    return out
+
+
+def plan_threadblocks(algorithm: Algorithm, channels: tuple[int, ...], uses: Uses, pair: bool = True) -> Plan:
+    """With ``pair`` False every thread block only sends or only receives (never deadlocks on full
+    connection buffers, but nothing is fused)."""
+    transfers = algorithm.transfers
+    coll = algorithm.collective
+    cand = forward_candidates(algorithm, channels, uses) if pair else {}
+    peers = defaultdict(lambda: (set(), set()))       # (rank, chan) -> (recv peers, send peers)
+    for t, tr in enumerate(transfers):
+        peers[(tr.dst, channels[t])][0].add(tr.src)
+        peers[(tr.src, channels[t])][1].add(tr.dst)
+    counts = Counter()
+    for t1, t2 in cand.items():
+        counts[(transfers[t1].dst, channels[t1], transfers[t1].src, transfers[t2].dst)] += 1
+    recv_key: dict[tuple[int, int, int], TbKey] = {}
+    send_key: dict[tuple[int, int, int], TbKey] = {}
+    for (rank, chan), (recvs, sends) in sorted(peers.items()):
+        pairs = sorted(((-n, p, q) for (r, ch, p, q), n in counts.items() if r == rank and ch == chan))
+        for _, p, q in pairs:
+            if (rank, p, chan) not in recv_key and (rank, q, chan) not in send_key:
+                recv_key[(rank, p, chan)] = send_key[(rank, q, chan)] = (rank, q, p, chan)
+        for p in sorted(recvs):
+            recv_key.setdefault((rank, p, chan), (rank, -1, p, chan))
+        for q in sorted(sends):
+            send_key.setdefault((rank, q, chan), (rank, q, -1, chan))
+    send_tb = tuple(send_key[(tr.src, tr.dst, channels[t])] for t, tr in enumerate(transfers))
+    recv_tb = tuple(recv_key[(tr.dst, tr.src, channels[t])] for t, tr in enumerate(transfers))
+    events = defaultdict(list)
+    for t, kind in event_order(algorithm):
+        events[send_tb[t] if kind == "send" else recv_tb[t]].append((t, kind))
+    fused = {}
+    for evs in events.values():
+        for (t1, a), (t2, b) in zip(evs, evs[1:]):
+            if a == "recv" and b == "send" and cand.get(t1) == t2:
+                fused[t1] = t2
+    stored = []
+    for t, tr in enumerate(transfers):
+        t2 = fused.get(t)
+        dead = tr.op == "reduce" and t2 is not None and all(
+            _dead_after(uses, coll, tr.dst, c, t2) for c in tr.chunks)
+        stored.append(not dead)
+    return Plan(send_tb, recv_tb, fused, tuple(stored))
+
+
+def _dead_after(uses: Uses, coll, rank: int, chunk: int, t: int) -> bool:
+    """Nobody reads ``rank``'s value of ``chunk`` after transfer ``t``: it is overwritten next, or never
+    used again and not an output of ``rank``."""
+    ev = uses.next(rank, chunk, t)
+    if ev is None:
+        return coll.output_index(rank, chunk) is None
+    return ev[1] == "copy"
