@@ -99,7 +99,8 @@ def test_export_table_is_logged_to_mlflow(exported):
     uri, _, _, table = exported
     runs = mlflow.search_runs(experiment_names=["ndv2x2-allgather"], filter_string="tags.`autotaccl.kind` = 'export'")
     assert len(runs) >= 1
-    logged = mlflow.load_table("export/table.json", run_ids=[runs.run_id.iloc[0]])
+    logged = mlflow.MlflowClient().load_table(runs.experiment_id.iloc[0], "export/table.json",
+                                              run_ids=[runs.run_id.iloc[0]])
     assert list(logged["winner"]) == list(table["winner"])
 
 

@@ -241,7 +241,10 @@ def table_frame(ranges: Sequence[Range]) -> pd.DataFrame:
 
 def markdown(table: pd.DataFrame) -> str:
     head = "| collective | target | sizes | winner | protocol | speed-up vs best baseline | XML |\n|---|---|---|---|---|---|---|\n"
-    lines = [f"| {r.collective} | {r.target} | {format_size(r.min_size)}–{format_size(r.max_size)} | {r.winner} | "
+    def span(r) -> str:
+        return format_size(r.min_size) if r.min_size == r.max_size else f"{format_size(r.min_size)}–{format_size(r.max_size)}"
+
+    lines = [f"| {r.collective} | {r.target} | {span(r)} | {r.winner} | "
              f"{r.protocol} | {r.speedup:.2f}x | {r.xml or '– (NCCL fallback)'} |" for r in table.itertuples()]
     return "# Best algorithm per collective and size\n\n" + head + "\n".join(lines) + "\n"
 

@@ -1,0 +1,74 @@
+"""``autotaccl ui``: the MLflow UI on 127.0.0.1 over a sweep's store, with links to each runs table."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from ..errors import InputError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("ui", help="start the MLflow UI (127.0.0.1) on a sweep's tracking store")
+    p.add_argument("--tracking-uri", help="MLflow store (default sqlite:///OUT/mlflow.db)")
+    p.add_argument("--out", default="autotaccl-runs", help="run directory of `autotaccl tune` (default ./autotaccl-runs)")
+    p.add_argument("--port", type=int, default=5000)
+    p.add_argument("--startup-timeout", type=float, default=120.0, help="seconds to wait for the server")
+    p.set_defaults(func=run)
+
+
+def server_command(uri: str, port: int) -> tuple[list[str], dict[str, str]]:
+    """The MLflow server as ecosystem.md §2.2 measured it cheapest: one worker, no job runner, loopback only."""
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", "127.0.0.1",
+           "--port", str(port), "--workers", "1"]
+    return cmd, env
+
+
+def wait_ready(base: str, proc: subprocess.Popen, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"{base}/health", timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            time.sleep(0.5)
+    return False
+
+
+def run(args) -> int:
+    from ..tuning import tracking
+
+    if not 0 < args.port < 65536:
+        raise InputError("--port", str(args.port), "a TCP port 1..65535")
+    if args.tracking_uri:
+        uri = args.tracking_uri
+    else:
+        db = Path(args.out) / "mlflow.db"
+        if not db.is_file():
+            raise InputError("--out", args.out, "a run directory of `autotaccl tune` (it has no mlflow.db)")
+        uri = tracking.default_tracking_uri(Path(args.out))
+    client = tracking.MlflowClient(tracking_uri=uri)
+    experiments = [e for e in client.search_experiments(max_results=10_000) if "autotaccl.target" in e.tags]
+    cmd, env = server_command(uri, args.port)
+    proc = subprocess.Popen(cmd, env=env)
+    base = f"http://127.0.0.1:{args.port}"
+    try:
+        if not wait_ready(base, proc, args.startup_timeout):
+            print(f"autotaccl: error: the MLflow server did not start on {base}", file=sys.stderr)
+            return 1
+        print(f"MLflow UI on {base} (store {uri}); Ctrl-C stops it", flush=True)
+        for e in experiments:
+            print(f"  {e.name}: {tracking.runs_url(base, e.experiment_id)}", flush=True)
+        return proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
