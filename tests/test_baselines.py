@@ -212,3 +212,18 @@ def test_best_baseline_is_the_fastest_candidate(topo):
             for channels in (1, 2, 8) if other == "ring" else (1,):
                 assert result.time_us <= simulate(baseline(graph, "allreduce", other, channels), graph, size).time_us
         assert algo.metadata["baseline"] == name
+
+
+def test_one_gpu_per_node_and_an_odd_node_count(topo):
+    """nNodes == nRanks (NCCL's PAT case): every baseline still verifies, trees included, on 1-5 nodes."""
+    profile = {"name": "one", "gpus_per_node": 1, "link_classes": {"ib": {"alpha_us": 2.0, "bandwidth_GBps": 25.0}},
+               "nics": [{"class": "ib", "gpus": [0]}]}
+    assert applicable_baselines(topo(profile, 1), "allgather") == []   # one rank: nothing to do
+    for nodes in (2, 3, 5):
+        graph = topo(profile, nodes)
+        for name in NAMES:
+            assert applicable_baselines(graph, name) == MULTI_NODE[name]
+            for algo in MULTI_NODE[name]:
+                verify(baseline(graph, name, algo), graph)
+        ring = baseline(graph, "allgather", "ring")
+        assert ring.num_steps == nodes - 1
