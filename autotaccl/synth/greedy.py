@@ -84,6 +84,7 @@ class _Planner:
         priced as its physical reverse, which the reversed transfer uses, and links without one are skipped."""
         self.lt = lt
         self.batching = batching
+        self.one_entry = True
         g = lt.graph
         self.gpn = g.graph["gpus_per_node"]
         self.piece = lt.chunk_bytes / rounds(lt.chunk_bytes) if lt.chunk_bytes > 0 else 0.0
@@ -111,19 +112,39 @@ class _Planner:
         senders = self.lt.senders.get(chunk)
         return senders is None or u in senders
 
+    def reentry(self, u: int, v: int, reached) -> bool:
+        """Would (u, v) carry a chunk into a node it has already entered? A tree crosses into each node once."""
+        if not self.one_entry or u // self.gpn == v // self.gpn:
+            return False
+        node = v // self.gpn
+        return any(r // self.gpn == node for r in reached)
+
+    def slot(self, e: tuple[int, int], t: float, d: float) -> float:
+        """First time >= t when every arc of link e is free for d."""
+        while True:
+            nt = t
+            for a in self.arcs[e]:
+                nt = self.timelines[a].earliest(nt, d)
+            if nt <= t + EPS:
+                return t
+            t = nt
+
+    def book(self, chunks: list[int], e: tuple[int, int], start: float) -> float:
+        """A fresh transfer of ``chunks`` on e at ``start``; returns its end."""
+        end = start + self.alpha[e] + len(chunks) * self.beta[e]
+        b = _Booking(e, start, end, list(chunks), len(self.bookings))
+        self.bookings.append(b)
+        self.on_edge[e].append(b)
+        for a in self.arcs[e]:
+            self.timelines[a].add(b)
+        return end
+
     def option(self, u: int, v: int, ready: float) -> tuple[float, _Booking | None, float]:
         """Earliest arrival at v over (u, v) for a chunk at u from ``ready``: (arrival, join target, start)."""
         e = (u, v)
         d = self.alpha[e] + self.beta[e]
         arcs = self.arcs[e]
-        t = ready
-        while True:
-            nt = t
-            for a in arcs:
-                nt = self.timelines[a].earliest(nt, d)
-            if nt <= t + EPS:
-                break
-            t = nt
+        t = self.slot(e, ready, d)
         best = (t + d, None, t)
         if self.batching:
             grow = self.beta[e]
@@ -140,12 +161,7 @@ class _Planner:
             join.end = arrival
             join.chunks.append(chunk)
             return arrival
-        b = _Booking((u, v), start, arrival, [chunk], len(self.bookings))
-        self.bookings.append(b)
-        self.on_edge[u, v].append(b)
-        for a in self.arcs[u, v]:
-            self.timelines[a].add(b)
-        return arrival
+        return self.book([chunk], (u, v), start)
 
     # ------------------------------------------------------------------ routing one chunk
 
@@ -159,7 +175,7 @@ class _Planner:
         def push(u: int) -> None:
             nonlocal count
             for v in self.out[u]:
-                if v not in reached and self.allowed(chunk, node, u, v):
+                if v not in reached and self.allowed(chunk, node, u, v) and not self.reentry(u, v, reached):
                     heapq.heappush(heap, (self.option(u, v, reached[u])[0], count, u, v))
                     count += 1
 
@@ -167,7 +183,7 @@ class _Planner:
         missing = set(targets) - {root}
         while missing and heap:
             est, _, u, v = heapq.heappop(heap)
-            if v in reached:
+            if v in reached or self.reentry(u, v, reached):
                 continue
             opt = self.option(u, v, reached[u])
             if opt[0] > est + EPS:
@@ -252,14 +268,14 @@ class _Loads:
 
         def push(u: int) -> None:
             for v in p.out[u]:
-                if v not in depth and p.allowed(chunk, node, u, v):
+                if v not in depth and p.allowed(chunk, node, u, v) and not p.reentry(u, v, depth):
                     heapq.heappush(heap, (self.weight(u, v), depth[u], u, v))
 
         push(root)
         missing = set(targets) - {root}
         while missing and heap:
             w, _, u, v = heapq.heappop(heap)
-            if v in depth:
+            if v in depth or p.reentry(u, v, depth):
                 continue
             now = self.weight(u, v)
             if now > w + EPS:
@@ -309,19 +325,58 @@ class _Loads:
 
 
 def _list_schedule(planner: _Planner, routes: list[tuple[int, int, list[tuple[int, int]]]]) -> None:
-    """Book fixed routes (chunk, root, hops) hop by hop, earliest-ready first, each in its earliest gap."""
+    """Book fixed routes (chunk, root, hops) hop by hop, earliest-ready first, each in its earliest gap.
+
+    With batching, a transfer also takes every other chunk waiting for the same link that is ready by
+    the time the link is free (one alpha for all of them).
+    """
     children: dict[tuple[int, int], list[tuple[int, int]]] = {}
     heap: list[tuple[float, int, int, int, int]] = []
+    waiting: dict[tuple[int, int], dict[int, float]] = {}   # link -> chunk -> ready time
+
+    def ready_at(chunk: int, u: int, t: float, order: int) -> None:
+        for x, y in children.get((chunk, u), ()):
+            heapq.heappush(heap, (t, order, chunk, x, y))
+            waiting.setdefault((x, y), {})[chunk] = t
+
+    orders = {}
     for order, (chunk, root, hops) in enumerate(routes):
+        orders[chunk] = order
         for u, v in hops:
             children.setdefault((chunk, u), []).append((u, v))
-        for u, v in children.get((chunk, root), ()):
-            heapq.heappush(heap, (0.0, order, chunk, u, v))
+    for chunk, root, _ in routes:
+        ready_at(chunk, root, 0.0, orders[chunk])
     while heap:
         ready, order, chunk, u, v = heapq.heappop(heap)
-        arrival = planner.commit(chunk, u, v, planner.option(u, v, ready))
-        for x, y in children.get((chunk, v), ()):
-            heapq.heappush(heap, (arrival, order, chunk, x, y))
+        e = (u, v)
+        queue = waiting.get(e, {})
+        if chunk not in queue:
+            continue                                   # already left in an earlier batch
+        if not planner.batching:
+            del queue[chunk]
+            ready_at(chunk, v, planner.commit(chunk, u, v, planner.option(u, v, ready)), order)
+            continue
+        arrival, join, start = planner.option(u, v, ready)
+        if join is not None:
+            del queue[chunk]
+            ready_at(chunk, v, planner.commit(chunk, u, v, (arrival, join, start)), order)
+            continue
+        batch = [chunk]
+        for _ in range(4):   # taking more chunks makes the transfer longer, which may move its slot
+            batch = [chunk] + sorted((c for c, t in queue.items() if c != chunk and t <= start + EPS),
+                                     key=lambda c: (queue[c], orders[c]))
+            d = planner.alpha[e] + len(batch) * planner.beta[e]
+            later = planner.slot(e, ready, d)
+            if later <= start + EPS:
+                break
+            start = later
+        else:
+            batch = [c for c in batch if queue[c] <= start + EPS]
+            start = planner.slot(e, ready, planner.alpha[e] + len(batch) * planner.beta[e])
+        end = planner.book(batch, e, start)
+        for c in batch:
+            del queue[c]
+            ready_at(c, v, end, orders[c])
 
 
 # --------------------------------------------------------------------------- the schedule
