@@ -121,7 +121,7 @@ def _number(steps: list[StepRec], coll, scratch, source: str, limits) -> tuple[G
                 dep = st.deps[0] if st.deps else None
                 out.append(Step(len(out), st.type, st.src[0], st.src[1], st.dst[0], st.dst[1], st.cnt,
                                 tb_id[dep.tb] if dep else -1, xml_index[id(dep)] if dep else -1,
-                                int(id(st) in is_target)))
+                                int(id(st) in is_target), xfer=st.xfer))
             tbs.append(ThreadBlock(tb_id[key], key[1], key[2], key[3], tuple(out)))
         gpus.append(Gpu(rank, coll.input_chunks(rank), coll.output_chunks(rank), scratch[rank], tuple(tbs)))
     return tuple(gpus)

@@ -88,6 +88,7 @@ class Step:
     deps: int = -1
     hasdep: int = 0
     line: int = 0
+    xfer: int | None = None   # optional: the IR transfer a receive step receives (runtimes ignore it)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ class StepRec:
     writes: list[tuple[int, Loc]] = field(default_factory=list)
     deps: list["StepRec"] = field(default_factory=list)
     index: int = -1
+    xfer: int | None = None
 
 
 def _runs(order: list[int], lists: list[dict[int, Loc]], max_cnt: int) -> list[list[int]]:
@@ -77,7 +78,8 @@ def build_steps(algorithm: Algorithm, plan: Plan, lay: Layout, max_cnt: int) -> 
                     kind, src, dst = "rrs", m.operand[c0], m.operand[c0]
                 else:
                     kind, src, dst = ("rrcs" if fused else "rrc"), m.operand[c0], m.write[c0]
-                steps.append(StepRec(plan.recv_tb[t], (m.seq, run_index, 1), kind, src, dst, cnt, reads, writes))
+                steps.append(StepRec(plan.recv_tb[t], (m.seq, run_index, 1), kind, src, dst, cnt, reads, writes,
+                                     xfer=t))
                 fields = (src, dst)
     copies = defaultdict(list)
     for cp in lay.copies:

@@ -29,7 +29,7 @@ def _step(step: Step) -> str:
     return "      <step " + _attrs((
         ("s", step.s), ("type", step.type), ("srcbuf", step.srcbuf), ("srcoff", step.srcoff),
         ("dstbuf", step.dstbuf), ("dstoff", step.dstoff), ("cnt", step.cnt), ("depid", step.depid),
-        ("deps", step.deps), ("hasdep", step.hasdep))) + "/>"
+        ("deps", step.deps), ("hasdep", step.hasdep)) + ((("xfer", step.xfer),) if step.xfer is not None else ())) + "/>"
 
 
 def _tb(tb: ThreadBlock) -> list[str]:

@@ -166,7 +166,7 @@ def parse_xml(text: str, source: str = "<xml>") -> Program:
                     _int(s, "s", source), _str(s, "type", source, STEP_TYPES), _str(s, "srcbuf", source, BUFFERS),
                     _int(s, "srcoff", source), _str(s, "dstbuf", source, BUFFERS), _int(s, "dstoff", source),
                     _int(s, "cnt", source), _int(s, "depid", source), _int(s, "deps", source),
-                    _int(s, "hasdep", source), s.line))
+                    _int(s, "hasdep", source), s.line, _int(s, "xfer", source) if "xfer" in s.attrs else None))
             vals = [_int(t, k, source) for k in TB_ATTRS]
             tbs.append(ThreadBlock(*vals, tuple(steps), t.line))
         vals = [_int(g, k, source) for k in GPU_ATTRS]

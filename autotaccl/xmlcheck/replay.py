@@ -38,6 +38,7 @@ class Op:
     pub: int                   # the step counter it publishes
     s: int                     # XML step index (of the last fused step)
     line: int
+    xfer: int | None = None
 
 
 def fold(tb) -> list[Op]:
@@ -65,7 +66,7 @@ def fold(tb) -> list[Op]:
         deps = tuple(pending + own)
         counter += max(len(deps) - 1, 0)
         ops.append(Op(step.type, step.srcbuf, (step.srcoff,), step.dstbuf, step.dstoff, step.cnt, deps,
-                      bool(step.hasdep), counter, step.s, step.line))
+                      bool(step.hasdep), counter, step.s, step.line, step.xfer))
         counter += 1
         pending = []
         chain_open = step.type == "re" and not step.hasdep
@@ -124,8 +125,10 @@ class Replay:
         return None
 
     # ------------------------------------------------------------------ execution
-    def run(self, seed: int | None, races: bool = True, on_message=None) -> Problem | None:
-        """Replay one interleaving (``seed`` None: always the first runnable thread block); the first problem."""
+    def run(self, seed: int | None, races: bool = True, on_message=None, rounds: bool = False) -> Problem | None:
+        """Replay one interleaving and return the first problem. ``seed`` None: always the first runnable
+        thread block; ``rounds``: synchronous rounds (every thread block ready at the start of a round
+        runs one operation). ``on_message(src, dst, channel, values, round)`` sees every send."""
         rng = random.Random(seed)
         T = len(self.tbs)
         mem = self.initial()
@@ -181,14 +184,9 @@ class Replay:
                     reads.setdefault(cell, {})[g] = (clock[g], op.s, op.line)
             return None
 
-        unfinished = [g for g in range(T) if self.ops[g]]
-        while unfinished:
-            ready = [g for g in unfinished if blocked(g) is None]
-            if not ready:
-                g = unfinished[0]
-                op = self.ops[g][pc[g]]
-                return Problem(f"deadlock: {blocked(g)} ({len(unfinished)} thread blocks stuck)", **where(g, op))
-            g = ready[0] if seed is None else rng.choice(ready)
+        round_no = 0
+
+        def execute(g: int) -> Problem | None:
             r, tb = self.tbs[g]
             op = self.ops[g][pc[g]]
             mine = vc[g]
@@ -248,7 +246,7 @@ class Replay:
                 key = (r, tb.send, tb.chan)
                 fifo.setdefault(key, deque()).append((out, cnt, list(mine), (tb.id, op.s)))
                 if on_message is not None:
-                    on_message(r, tb.send, tb.chan, out)
+                    on_message(r, tb.send, tb.chan, out, round_no)
             if op.hasdep:
                 flag[g] = op.pub
                 pubs[g].append(op.pub)
@@ -256,6 +254,25 @@ class Replay:
             pc[g] += 1
             if pc[g] == len(self.ops[g]):
                 unfinished.remove(g)
+            return None
+
+        unfinished = [g for g in range(T) if self.ops[g]]
+        while unfinished:
+            ready = [g for g in unfinished if blocked(g) is None]
+            if not ready:
+                g = unfinished[0]
+                op = self.ops[g][pc[g]]
+                return Problem(f"deadlock: {blocked(g)} ({len(unfinished)} thread blocks stuck)", **where(g, op))
+            if rounds:      # every thread block ready at the start of a round runs one operation
+                for g in ready:
+                    problem = execute(g)
+                    if problem is not None:
+                        return problem
+                round_no += 1
+                continue
+            problem = execute(ready[0] if seed is None else rng.choice(ready))
+            if problem is not None:
+                return problem
         for (src_rank, dst_rank, chan), q in sorted(fifo.items()):
             if q:
                 return Problem(f"{len(q)} message(s) to rank {dst_rank} on channel {chan} are never received",
