@@ -1,0 +1,200 @@
+"""Fit alpha-beta link models to ping-pong times, group rank pairs into link classes, write a profile.
+
+``t(s) = alpha + s / bandwidth`` is fitted by least squares on *relative* residuals (each point
+weighted by 1/t, so a 1 KiB latency counts as much as a 16 MiB transfer), with alpha and 1/bandwidth
+kept non-negative (NNLS). Pairs are grouped by host (same node / other node) or, within a node, by
+measured bandwidth; each class is fitted on all its pairs' points. The result is a hardware profile
+in the schema :func:`autotaccl.hardware.profile_from_dict` reads.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import yaml
+from scipy.optimize import nnls
+
+from autotaccl.errors import InputError
+from autotaccl.hardware import load_hardware
+
+
+class PoorFitError(ValueError):
+    """The measurements do not follow alpha + size/bandwidth well enough to trust a profile."""
+
+
+@dataclass(frozen=True)
+class Fit:
+    alpha_us: float
+    bandwidth_GBps: float
+    r2: float
+    sizes: tuple[int, ...]
+    times_us: tuple[float, ...]
+
+    def predict(self, size: float) -> float:
+        return self.alpha_us + size / (self.bandwidth_GBps * 1e3)
+
+    @property
+    def residuals(self) -> tuple[float, ...]:
+        """(measured - fitted) / measured, per point."""
+        return tuple((t - self.predict(s)) / t for s, t in zip(self.sizes, self.times_us))
+
+
+def fit_alpha_beta(sizes: Sequence[int], times_us: Sequence[float]) -> Fit:
+    s = np.asarray(sizes, float)
+    t = np.asarray(times_us, float)
+    if len(s) < 2 or len(set(sizes)) < 2 or not np.all(t > 0):
+        raise PoorFitError("need positive times at two or more distinct sizes")
+    w = 1.0 / t
+    (alpha, beta), _ = nnls(np.column_stack([w, s * w]), np.ones_like(t))
+    fitted = alpha + beta * s
+    ww = w ** 2
+    mean = np.sum(ww * t) / np.sum(ww)
+    total = np.sum(ww * (t - mean) ** 2)
+    r2 = 1.0 - np.sum(ww * (t - fitted) ** 2) / total if total > 0 else 0.0
+    if beta <= 0:
+        raise PoorFitError("the times do not grow with the message size, so no bandwidth can be fitted")
+    bandwidth = 1.0 / beta / 1e3
+    return Fit(float(alpha), float(bandwidth), float(r2), tuple(int(x) for x in sizes), tuple(float(x) for x in t))
+
+
+@dataclass(frozen=True)
+class LinkClass:
+    name: str
+    pairs: tuple[tuple[int, int], ...]
+    fit: Fit
+
+
+@dataclass(frozen=True)
+class Measured:
+    hosts: tuple[str, ...]
+    gpus_per_node: int
+    pair_fits: dict
+    classes: tuple[LinkClass, ...]
+    intra: dict              # (local a, local b) -> class name, from node 0
+    nic_class: str | None
+
+
+def node_layout(hosts: Sequence[str]) -> int:
+    """Ranks per node, checking that every host holds one contiguous, equally sized block of ranks."""
+    blocks: list[list[int]] = []
+    for rank, host in enumerate(hosts):
+        if not blocks or hosts[blocks[-1][0]] != host:
+            blocks.append([])
+        blocks[-1].append(rank)
+    size = len(blocks[0])
+    names = [hosts[b[0]] for b in blocks]
+    if len(set(names)) != len(names) or any(len(b) != size for b in blocks):
+        raise InputError("ranks", "placement", "the same number of ranks on every host, each host's ranks "
+                         "consecutive (e.g. mpiexec -ppn G, or srun --distribution=block)")
+    return size
+
+
+def group_pairs(hosts: Sequence[str], fits: dict, by: str = "host", ratio: float = 1.5) -> dict:
+    """Pair -> class name: ``intra``/``net`` by host, or within a node ``link0`` (fastest), ``link1``, ...
+    whenever the measured bandwidth drops by more than ``ratio``; pairs across nodes are ``net``."""
+    classes = {}
+    intra = sorted((p for p in fits if hosts[p[0]] == hosts[p[1]]), key=lambda p: -fits[p].bandwidth_GBps)
+    for p in fits:
+        if hosts[p[0]] != hosts[p[1]]:
+            classes[p] = "net"
+    if by == "host":
+        classes.update((p, "intra") for p in intra)
+    elif by == "speed":
+        level, previous = 0, None
+        for p in intra:
+            bw = fits[p].bandwidth_GBps
+            if previous is not None and previous / bw > ratio:
+                level += 1
+            classes[p] = f"link{level}"
+            previous = bw
+    else:
+        raise InputError("--group", repr(by), "host or speed")
+    return classes
+
+
+def analyse(result: dict, by: str = "host", min_r2: float = 0.9) -> Measured:
+    """Fits per pair and per class; raises PoorFitError when a class fits worse than ``min_r2``."""
+    hosts = tuple(result["hosts"])
+    gpn = node_layout(hosts)
+    fits = {(p["a"], p["b"]): fit_alpha_beta(p["sizes"], p["times_us"]) for p in result["pairs"]}
+    names = group_pairs(hosts, fits, by)
+    classes = []
+    for name in sorted(set(names.values()), key=lambda n: (n == "net", n)):
+        pairs = tuple(sorted(p for p, n in names.items() if n == name))
+        sizes = [s for p in pairs for s in fits[p].sizes]
+        times = [t for p in pairs for t in fits[p].times_us]
+        fit = fit_alpha_beta(sizes, times)
+        classes.append(LinkClass(name, pairs, fit))
+        if fit.r2 < min_r2:
+            worst = max(fit.residuals, key=abs)
+            raise PoorFitError(f"link class {name} (pairs {' '.join(f'{a}-{b}' for a, b in pairs)}) fits "
+                               f"alpha + size/bandwidth with R² {fit.r2:.3f} < {min_r2:g} (worst residual "
+                               f"{100 * worst:+.0f}%): the measurements are too noisy or not linear; rerun with "
+                               f"more --iters on a quieter machine, or lower --min-r2")
+    intra = {(a % gpn, b % gpn): names[(a, b)] for (a, b) in fits if a < gpn and b < gpn}
+    return Measured(hosts, gpn, fits, tuple(classes), intra, "net" if "net" in names.values() else None)
+
+
+def profile_dict(m: Measured, name: str) -> dict:
+    """The measured profile in the hardware-profile schema."""
+    nodes = len(m.hosts) // m.gpus_per_node
+    data = {"name": name,
+            "description": f"measured by autotaccl profile (MPI ping-pong) on {nodes} node(s) x {m.gpus_per_node} "
+                           f"rank(s): {', '.join(sorted(set(m.hosts)))}",
+            "gpus_per_node": m.gpus_per_node,
+            "link_classes": {c.name: {"alpha_us": round(c.fit.alpha_us, 4),
+                                      "bandwidth_GBps": round(c.fit.bandwidth_GBps, 4)} for c in m.classes}}
+    if m.intra:
+        kinds = set(m.intra.values())
+        if len(kinds) == 1 and len(m.intra) == m.gpus_per_node * (m.gpus_per_node - 1) // 2:
+            data["links"] = {"class": kinds.pop(), "pattern": "fully-connected"}
+        else:
+            first = sorted(m.intra.items())[0][1]
+            data["links"] = {"class": first, "pairs": [[a, b, 1, c] for (a, b), c in sorted(m.intra.items())]}
+    if m.nic_class:
+        data["nics"] = [{"class": m.nic_class, "gpus": list(range(m.gpus_per_node))}]
+    return data
+
+
+def report(m: Measured) -> str:
+    """Per pair and per class: alpha, bandwidth, R²; per class and size: measured vs fitted, residual."""
+    lines = ["# pair    alpha_us  bandwidth_GBps      R²  max|residual|"]
+    for (a, b), f in sorted(m.pair_fits.items()):
+        lines.append(f"  {a:>2d}-{b:<2d}  {f.alpha_us:9.3f}  {f.bandwidth_GBps:14.3f}  {f.r2:6.3f}  "
+                     f"{100 * max(map(abs, f.residuals)):12.1f}%")
+    for c in m.classes:
+        f = c.fit
+        lines.append(f"# class {c.name}: alpha {f.alpha_us:.3f} us, bandwidth {f.bandwidth_GBps:.3f} GB/s, "
+                     f"R² {f.r2:.4f}, {len(c.pairs)} pair(s)")
+        lines.append("#       size   measured_us     fitted_us  residual")
+        for size in sorted(set(f.sizes)):
+            measured = [t for s, t in zip(f.sizes, f.times_us) if s == size]
+            mean = sum(measured) / len(measured)
+            lines.append(f"  {size:10d}  {mean:12.3f}  {f.predict(size):12.3f}  {100 * (mean - f.predict(size)) / mean:+7.1f}%")
+    return "\n".join(lines)
+
+
+def write_profile(m: Measured, path: str | Path, name: str, how: str) -> None:
+    """Write the profile YAML atomically, with a comment header saying it was measured, when and how;
+    it is loaded back with :func:`load_hardware` before it replaces ``path``."""
+    path = Path(path)
+    when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    header = [f"# Measured by `autotaccl profile` on {when}.", f"# How: {how}",
+              "# Model: one-way time = alpha + bytes / bandwidth, least squares on relative residuals."]
+    for c in m.classes:
+        header.append(f"# {c.name}: pairs {' '.join(f'{a}-{b}' for a, b in c.pairs)}; R² {c.fit.r2:.4f}, "
+                      f"max |residual| {100 * max(map(abs, c.fit.residuals)):.1f}%")
+    if m.nic_class:
+        header.append("# The network class is one NIC per node shared by all its ranks (ping-pong measured one pair at a time).")
+    body = yaml.safe_dump(profile_dict(m, name), sort_keys=False, default_flow_style=None)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("\n".join(header) + "\n" + body)
+    try:
+        load_hardware(tmp)
+    except InputError:
+        tmp.unlink()
+        raise
+    tmp.replace(path)

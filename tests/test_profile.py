@@ -1,0 +1,88 @@
+"""``autotaccl profile``: a real ping-pong job writes a profile that loads; the fit and grouping on given data."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from autotaccl.cli import main
+from autotaccl.errors import InputError
+from autotaccl.hardware import load_hardware, profile_from_dict
+from autotaccl.topology import build_topology
+from runners.linkfit import PoorFitError, analyse, fit_alpha_beta, group_pairs, node_layout, profile_dict
+
+SIZES = [1024, 4096, 16384, 65536, 262144, 1048576]
+
+
+def line(alpha: float, gbps: float) -> list[float]:
+    return [alpha + s / (gbps * 1e3) for s in SIZES]
+
+
+def test_profile_job_writes_a_profile_that_loads(tmp_path, capsys):
+    out = tmp_path / "measured.yaml"
+    # any R² is accepted here: this test is about the job and the file; refusals are tested on given data
+    code = main(["profile", "--np", "3", "--sizes", "1K:1M:x4", "--iters", "9",
+                 "--min-r2=-inf", "-o", str(out), "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    doc = json.loads(captured.out)
+    profile = load_hardware(out)
+    assert profile.gpus_per_node == 3 and set(profile.link_classes) == {"intra"}
+    intra = profile.link_classes["intra"]
+    assert intra.alpha_us >= 0 and intra.bandwidth_GBps > 0
+    assert sorted(map(tuple, doc["classes"]["intra"]["pairs"])) == [(0, 1), (0, 2), (1, 2)]
+    assert len(doc["classes"]["intra"]["residuals"]) == 3 * 6
+    text = out.read_text()
+    assert text.startswith("# Measured by `autotaccl profile` on ") and "ping-pong" in text
+    graph = build_topology(profile)
+    assert graph.number_of_edges() == 6
+    assert graph.edges[0, 1]["alpha_us"] == pytest.approx(intra.alpha_us)
+
+
+def test_fit_recovers_alpha_and_bandwidth():
+    fit = fit_alpha_beta(SIZES, line(2.5, 8.0))
+    assert fit.alpha_us == pytest.approx(2.5, rel=1e-6) and fit.bandwidth_GBps == pytest.approx(8.0, rel=1e-6)
+    assert fit.r2 == pytest.approx(1.0) and max(map(abs, fit.residuals)) < 1e-9
+
+
+def test_two_hosts_give_intra_and_net_classes_and_a_loadable_profile():
+    hosts = ["a", "a", "b", "b"]
+    pairs = [{"a": x, "b": y, "sizes": SIZES, "times_us": line(1.0, 20.0) if hosts[x] == hosts[y] else line(5.0, 3.0)}
+             for x in range(4) for y in range(x + 1, 4)]
+    m = analyse({"hosts": hosts, "pairs": pairs})
+    assert {c.name: c.pairs for c in m.classes} == {"intra": ((0, 1), (2, 3)), "net": ((0, 2), (0, 3), (1, 2), (1, 3))}
+    data = profile_dict(m, "two-hosts")
+    profile = profile_from_dict(yaml.safe_load(yaml.safe_dump(data)), "test")
+    assert profile.link_classes["net"].bandwidth_GBps == pytest.approx(3.0, rel=1e-4)
+    assert profile.link_classes["net"].alpha_us == pytest.approx(5.0, rel=1e-3)
+    graph = build_topology(profile, 2)
+    assert graph.edges[0, 2]["kind"] == "net" and graph.edges[0, 1]["kind"] == "nvlink"
+
+
+def test_group_by_speed_splits_fast_and_slow_pairs():
+    hosts = ["a"] * 3
+    fits = {(0, 1): fit_alpha_beta(SIZES, line(1, 40)), (0, 2): fit_alpha_beta(SIZES, line(1, 10)),
+            (1, 2): fit_alpha_beta(SIZES, line(1, 38))}
+    assert group_pairs(hosts, fits, "speed") == {(0, 1): "link0", (1, 2): "link0", (0, 2): "link1"}
+    pairs = [{"a": a, "b": b, "sizes": SIZES, "times_us": list(f.times_us)} for (a, b), f in fits.items()]
+    data = profile_dict(analyse({"hosts": hosts, "pairs": pairs}, "speed"), "mixed")
+    assert data["links"]["pairs"] == [[0, 1, 1, "link0"], [0, 2, 1, "link1"], [1, 2, 1, "link0"]]
+    profile_from_dict(data, "test")
+
+
+def test_a_poor_fit_is_refused():
+    noisy = [10.0, 200.0, 3.0, 400.0, 5.0, 900.0]
+    with pytest.raises(PoorFitError, match="R²"):
+        analyse({"hosts": ["a", "a"], "pairs": [{"a": 0, "b": 1, "sizes": SIZES, "times_us": noisy}]})
+
+
+def test_flat_times_have_no_bandwidth():
+    with pytest.raises(PoorFitError, match="bandwidth"):
+        fit_alpha_beta(SIZES, [3.0] * len(SIZES))
+
+
+def test_ranks_must_be_in_blocks_per_host():
+    assert node_layout(["a", "a", "b", "b"]) == 2
+    with pytest.raises(InputError, match="placement"):
+        node_layout(["a", "b", "a", "b"])
