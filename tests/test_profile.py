@@ -22,7 +22,7 @@ def line(alpha: float, gbps: float) -> list[float]:
 def test_profile_job_writes_a_profile_that_loads(tmp_path, capsys):
     out = tmp_path / "measured.yaml"
     # any R² is accepted here: this test is about the job and the file; refusals are tested on given data
-    code = main(["profile", "--np", "3", "--sizes", "1K:1M:x4", "--iters", "9",
+    code = main(["profile", "--np", "3", "--sizes", "1K:4M:x4", "--iters", "9",
                  "--min-r2=-inf", "-o", str(out), "--json"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
@@ -32,7 +32,7 @@ def test_profile_job_writes_a_profile_that_loads(tmp_path, capsys):
     intra = profile.link_classes["intra"]
     assert intra.alpha_us >= 0 and intra.bandwidth_GBps > 0
     assert sorted(map(tuple, doc["classes"]["intra"]["pairs"])) == [(0, 1), (0, 2), (1, 2)]
-    assert len(doc["classes"]["intra"]["residuals"]) == 3 * 6
+    assert len(doc["classes"]["intra"]["residuals"]) == 3 * 7
     text = out.read_text()
     assert text.startswith("# Measured by `autotaccl profile` on ") and "ping-pong" in text
     graph = build_topology(profile)
