@@ -39,6 +39,9 @@ def register(subparsers) -> None:
     p.add_argument("--binary", help="nccl-tests binary or build directory (--runner nccl-tests)")
     p.add_argument("--runtime", default="both", choices=("both", "legacy", "executor"),
                    help="MSCCL runtime whose variables to set (--runner nccl-tests; default both)")
+    p.add_argument("--env-flag", choices=("-x", "-genv"),
+                   help="forward the MSCCL variables with the launcher's flag (-x Open MPI, -genv MPICH) instead of "
+                        "only through the environment (--runner nccl-tests)")
     p.add_argument("--json", action="store_true", help="print one JSON object with the rows")
     p.set_defaults(func=run)
 
@@ -83,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
             df = get_runner("nccl-tests").measure(algorithm or args.algorithm, sizes, binary=args.binary,
                                                   launcher=args.launcher, runtime=args.runtime, iters=args.iters,
                                                   warmup=args.warmup, dtype=args.dtype, op=args.op,
-                                                  timeout=args.timeout, workdir=args.workdir)
+                                                  timeout=args.timeout, workdir=args.workdir,
+                                                  env_flag=args.env_flag)
     except JobError as err:
         print(f"autotaccl: error: {err}", file=sys.stderr)
         return 1
