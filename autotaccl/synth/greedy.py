@@ -395,11 +395,130 @@ def _jobs(coll: Collective):
     raise ValueError(f"greedy plans copies only, not {coll.name}")
 
 
+class NotApplicable(Exception):
+    """A structured strategy does not fit this sketch (the other strategies still do)."""
+
+
+def _bruck(members: list[int], blocks: dict[int, list[int]]) -> list[list[tuple[int, int, list[int]]]]:
+    """Bruck's all-gather among ``members`` (each starting with ``blocks[m]``), as steps of (src, dst, chunks).
+
+    After step k member i holds the blocks of members i .. i+2^(k+1)-1 (cyclically): ceil(log2 n)
+    steps, one transfer per member per step, for any n.
+    """
+    n = len(members)
+    steps = []
+    k = 1
+    while k < n:
+        count = min(k, n - k)
+        steps.append([(members[(i + k) % n], members[i],
+                       [c for t in range(count) for c in blocks[members[(i + k + t) % n]]]) for i in range(n)])
+        k *= 2
+    return steps
+
+
+def _doubling(planner: _Planner) -> None:
+    """AllGather by exchange: Bruck across nodes between same-index GPUs, then Bruck inside every node.
+
+    Applies when the sketch links every GPU to its peers of the same local index on every other node
+    (e.g. direct-map) and makes each node a complete graph (a switch); otherwise NotApplicable.
+    """
+    coll = planner.lt.collective
+    if coll.name != "allgather":
+        raise NotApplicable("doubling builds AllGathers")
+    gpn, k = planner.gpn, coll.chunkup
+    nodes = coll.ranks // gpn
+    own = {r: list(range(r * k, r * k + k)) for r in range(coll.ranks)}
+    phases = []
+    if nodes > 1:
+        for g in range(gpn):
+            peers = [n * gpn + g for n in range(nodes)]
+            for u in peers:
+                for v in peers:
+                    if u != v and ((u, v) not in planner.arcs or any(not planner.allowed(c, u // gpn, u, v)
+                                                                      for c in own[u])):
+                        raise NotApplicable(f"no sketch link {u}->{v} for an inter-node exchange")
+            phases.append(_bruck(peers, own))
+    held = {r: [c for n in range(nodes) for c in own[n * gpn + r % gpn]] for r in range(coll.ranks)}
+    phases += [_bruck(members, held) for members in _complete_nodes(planner, nodes)]
+    # inter-node phases run side by side, then the intra-node ones: merge their steps
+    split = gpn if nodes > 1 else 0
+    arrival: dict[tuple[int, int], float] = {}
+    _book_phases(planner, phases[:split], arrival)
+    _book_phases(planner, phases[split:], arrival)
+
+
+def _book_phases(planner: _Planner, phases: list[list[list[tuple[int, int, list[int]]]]],
+                 arrival: dict[tuple[int, int], float]) -> None:
+    """Book phases that run side by side (step i of each before step i+1 of any), each transfer as soon
+    as its chunks are at its source and its link is free."""
+    for step in range(max((len(p) for p in phases), default=0)):
+        for phase in phases:
+            for src, dst, chunks in phase[step] if step < len(phase) else ():
+                if not chunks:
+                    continue
+                ready = max(arrival.get((src, c), 0.0) for c in chunks)
+                d = planner.alpha[src, dst] + len(chunks) * planner.beta[src, dst]
+                end = planner.book(chunks, (src, dst), planner.slot((src, dst), ready, d))
+                for c in chunks:
+                    arrival[dst, c] = end
+
+
+def _complete_nodes(planner: _Planner, nodes: int) -> list[list[int]]:
+    gpn = planner.gpn
+    out = []
+    for n in range(nodes):
+        members = list(range(n * gpn, (n + 1) * gpn))
+        if any(u != v and (u, v) not in planner.arcs for u in members for v in members):
+            raise NotApplicable(f"node {n} is not a complete graph under the sketch")
+        out.append(members)
+    return out
+
+
+def _relay(planner: _Planner) -> None:
+    """AllGather through the sketch's relays: Bruck inside each node, then every node's chunks cross to
+    every other node spread over the sketch's sender->receiver pairs (senders respected, loads balanced),
+    then Bruck inside each node over what arrived."""
+    coll = planner.lt.collective
+    gpn, k = planner.gpn, coll.chunkup
+    nodes = coll.ranks // gpn
+    if coll.name != "allgather" or nodes < 2:
+        raise NotApplicable("relay builds multi-node AllGathers")
+    groups = _complete_nodes(planner, nodes)
+    own = {r: list(range(r * k, r * k + k)) for r in range(coll.ranks)}
+    arrival: dict[tuple[int, int], float] = {}
+    _book_phases(planner, [_bruck(m, own) for m in groups], arrival)
+    received: dict[int, list[int]] = {r: [] for r in range(coll.ranks)}
+    sent: dict[int, int] = {r: 0 for r in range(coll.ranks)}
+    crossings = []
+    for n in range(nodes):
+        for m in range(nodes):
+            if n == m:
+                continue
+            pairs = [(u, v) for u in groups[n] for v in groups[m] if (u, v) in planner.arcs]
+            batches: dict[tuple[int, int], list[int]] = {}
+            for r in groups[n]:
+                for c in own[r]:
+                    options = [(u, v) for u, v in pairs if planner.allowed(c, n, u, v)]
+                    if not options:
+                        raise InfeasibleError(f"no route from GPU {r} to node {m} under this sketch")
+                    u, v = min(options, key=lambda p: (sent[p[0]] + len(received[p[1]]), p))
+                    sent[u] += 1
+                    received[v].append(c)
+                    batches.setdefault((u, v), []).append(c)
+            crossings += [(u, v, chunks) for (u, v), chunks in sorted(batches.items())]
+    _book_phases(planner, [[crossings]], arrival)
+    _book_phases(planner, [_bruck(m, received) for m in groups], arrival)
+
+
 def _plan(lt: LogicalTopology, batching: bool, strategy: str, reverse: bool = False) -> list[_Booking]:
     planner = _Planner(lt, batching, reverse)
     everyone = set(range(lt.collective.ranks))
     jobs = _jobs(lt.collective)
-    if strategy == "earliest":
+    if strategy == "doubling":
+        _doubling(planner)
+    elif strategy == "relay":
+        _relay(planner)
+    elif strategy == "earliest":
         for chunk, src, dst in jobs:
             if dst is None:
                 planner.tree(chunk, src, everyone)
@@ -437,14 +556,17 @@ def assign_steps(transfers: list[Transfer]) -> tuple[Transfer, ...]:
     return tuple(out)
 
 
-STRATEGIES = ("earliest", "balanced")
+STRATEGIES = ("earliest", "balanced", "doubling", "relay")
 
 
 def greedy_schedule(lt: LogicalTopology, batching: bool = True, strategy: str = "earliest") -> Algorithm:
     """One greedy schedule of ``lt.collective`` on ``lt`` (verified).
 
     ``earliest`` routes every chunk where it arrives soonest (best when latency dominates);
-    ``balanced`` routes for the least-loaded arcs, then list-schedules (best when bandwidth does).
+    ``balanced`` routes for the least-loaded arcs, then list-schedules (best when bandwidth does);
+    ``doubling`` exchanges ever larger blocks (Bruck) where the sketch gives complete nodes and direct
+    inter-node peers; ``relay`` gathers each node, crosses over the sketch's relay pairs and gathers
+    again, on complete nodes (both raise NotApplicable elsewhere).
     """
     coll = lt.collective
     if coll.is_reduction:
@@ -472,8 +594,12 @@ def greedy(lt: LogicalTopology, size: int, batching: bool = True) -> Algorithm:
 
     best: tuple[float, Algorithm] | None = None
     for strategy in STRATEGIES:
-        for batch in ((True, False) if batching else (False,)):
-            algorithm = greedy_schedule(lt, batch, strategy)
+        for batch in ((True, False) if batching and strategy in ("earliest", "balanced") else (batching,)):
+            try:
+                algorithm = greedy_schedule(lt, batch, strategy)
+            except NotApplicable as why:
+                log.debug("greedy %s: %s", strategy, why)
+                continue
             time_us = simulate(algorithm, lt.graph, size).time_us
             log.debug("greedy %s batching=%s: %.3f us", strategy, batch, time_us)
             if best is None or time_us < best[0] - EPS:
