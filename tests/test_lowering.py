@@ -1,0 +1,250 @@
+"""Lowering the IR to MSCCL XML: every algorithm, instance count and protocol passes the replaying
+checker; IR -> XML -> IR keeps verify() and the simulated time; runtime limits are named."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from autotaccl.algorithm import Algorithm, Transfer, save_algorithm, verify
+from autotaccl.baselines import applicable_baselines, baseline
+from autotaccl.cli import main
+from autotaccl.collectives import Collective
+from autotaccl.errors import InputError
+from autotaccl.hardware import load_hardware
+from autotaccl.lowering import LoweringError, LoweringOptions, lower
+from autotaccl.simulate import simulate
+from autotaccl.topology import build_topology
+from autotaccl.xmlcheck import check_xml, parse_xml
+from autotaccl.xmlcheck.importer import import_xml
+
+SEEDS = 2
+
+
+def algo(name: str, coll: str, ranks: int, transfers, chunkup: int = 1) -> Algorithm:
+    return Algorithm(name, Collective(coll, ranks, chunkup), tuple(Transfer(*t) for t in transfers))
+
+
+def ring_allgather(R: int = 4) -> Algorithm:
+    return algo("ring-ag", "allgather", R, [(((r - s) % R,), r, (r + 1) % R, s) for s in range(R - 1) for r in range(R)])
+
+
+def ring_reduce_scatter_transfers(R: int):
+    return [(((r - s - 1) % R,), r, (r + 1) % R, s, "reduce") for s in range(R - 1) for r in range(R)]
+
+
+def ring_reducescatter(R: int = 4) -> Algorithm:
+    return algo("ring-rs", "reducescatter", R, ring_reduce_scatter_transfers(R))
+
+
+def ring_allreduce(R: int = 4) -> Algorithm:
+    gather = [(((r - s) % R,), r, (r + 1) % R, R - 1 + s) for s in range(R - 1) for r in range(R)]
+    return algo("ring-ar", "allreduce", R, ring_reduce_scatter_transfers(R) + gather)
+
+
+def direct_alltoall(R: int = 4) -> Algorithm:
+    return algo("direct-a2a", "alltoall", R, [((s * R + d,), s, d, 0) for s in range(R) for d in range(R) if s != d])
+
+
+def relayed_alltoall(R: int = 4) -> Algorithm:
+    """AllToAll on a line 0-1-2-3: every chunk hops through the ranks between, who keep it in scratch."""
+    transfers = []
+    for s in range(R):
+        for d in range(R):
+            path = list(range(s, d + 1)) if d > s else list(range(s, d - 1, -1))
+            transfers += [((s * R + d,), a, b, 0) for a, b in zip(path, path[1:])]
+    return algo("relay-a2a", "alltoall", R, transfers)
+
+
+def batched_allgather(R: int = 4, k: int = 3) -> Algorithm:
+    """Ring AllGather moving a whole rank's k chunks per transfer: one step with cnt=k."""
+    return algo("batched-ag", "allgather", R, [(tuple(((r - s) % R) * k + j for j in range(k)), r, (r + 1) % R, s)
+                                               for s in range(R - 1) for r in range(R)], k)
+
+
+HAND = [ring_allgather, ring_reducescatter, ring_allreduce, direct_alltoall, relayed_alltoall, batched_allgather]
+
+
+@pytest.mark.parametrize("make", HAND, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("instances", [1, 2, 3, 4])
+def test_hand_built_algorithms_pass_the_checker(make, instances):
+    a = make()
+    verify(a)
+    proto = ("Simple", "LL", "LL128", "Simple")[instances - 1]
+    text = lower(a, LoweringOptions(instances=instances, proto=proto))
+    report = check_xml(text, mode="both", seeds=SEEDS)
+    assert report.valid, str(report)
+    prog = parse_xml(text)
+    assert prog.header["proto"] == proto and prog.header["ngpus"] == str(a.ranks)
+    assert int(prog.header["nchannels"]) == instances
+    assert int(prog.header["nchunksperloop"]) == max(a.collective.input_chunks(0), a.collective.output_chunks(0)) \
+        * instances
+
+
+@pytest.mark.parametrize("proto", ["Simple", "LL", "LL128"])
+def test_each_protocol_for_each_runtime(proto):
+    for runtime, mode in (("msccl-executor", None), ("msccl", "inplace"), ("msccl", "outofplace")):
+        opts = LoweringOptions(proto=proto, runtime=runtime, inplace=mode == "inplace" if mode else None,
+                               outofplace=mode == "outofplace" if mode else None)
+        text = lower(ring_allreduce(), opts)
+        report = check_xml(text, runtime=runtime, seeds=SEEDS)
+        assert report.valid and report.runtime == runtime, str(report)
+        assert report.modes == ((mode,) if mode else ("inplace", "outofplace"))
+
+
+def test_ring_is_fused_like_the_tools_write_it():
+    prog = parse_xml(lower(ring_allreduce(4)))
+    for gpu in prog.gpus:
+        (tb,) = [t for t in gpu.tbs if t.send >= 0]
+        assert (tb.send, tb.recv) == ((gpu.id + 1) % 4, (gpu.id - 1) % 4)
+        assert [s.type for s in tb.steps] == ["s", "rrs", "rrs", "rrcs", "rcs", "rcs", "r"]
+    ag = parse_xml(lower(ring_allgather(4)))
+    assert [s.type for s in ag.gpus[0].tbs[1].steps] == ["s", "rcs", "rcs", "r"]
+
+
+def test_contiguous_chunks_become_one_step_and_long_runs_split_at_71():
+    prog = parse_xml(lower(batched_allgather(4, 3)))
+    sends = [s for g in prog.gpus for tb in g.tbs for s in tb.steps if s.type in ("s", "rcs", "r")]
+    assert sends and all(s.cnt == 3 for s in sends)
+    big = algo("big", "allgather", 2, [(tuple(range(100)), 0, 1, 0), (tuple(range(100, 200)), 1, 0, 0)], 100)
+    text = lower(big)
+    cnts = sorted(s.cnt for g in parse_xml(text).gpus for tb in g.tbs for s in tb.steps if s.type == "s")
+    assert cnts == [29, 29, 71, 71]
+    assert check_xml(text, mode="both", seeds=SEEDS).valid
+
+
+def test_relays_use_scratch_and_inplace_alltoall_evacuates():
+    text = lower(relayed_alltoall(4))
+    prog = parse_xml(text)
+    assert [g.s_chunks for g in prog.gpus] == [0, 4, 4, 0]   # ranks 1 and 2 relay 4 chunks each
+    # in-place AllToAll: rank 0 receives into o[1] (= i[1]) before it sends i[1]: i[1] moves to scratch first
+    late = algo("late", "alltoall", 2, [((2,), 1, 0, 0), ((1,), 0, 1, 1)])
+    inplace = lower(late, LoweringOptions(inplace=True, outofplace=False))
+    assert check_xml(inplace, mode="inplace", seeds=SEEDS).valid
+    rank0 = parse_xml(inplace).gpus[0]
+    assert rank0.s_chunks == 1 and any(s.type == "cpy" and (s.srcbuf, s.srcoff, s.dstbuf) == ("i", 1, "s")
+                                       for tb in rank0.tbs for s in tb.steps)
+    assert parse_xml(lower(late, LoweringOptions(outofplace=True, inplace=False))).gpus[0].s_chunks == 0
+    assert check_xml(lower(late, LoweringOptions(outofplace=True, inplace=False)), mode="inplace",
+                     seeds=SEEDS).valid is False          # out-of-place only: the in-place replay must fail
+    # both modes: the direct AllToAll sends before it receives, so it only needs dependencies
+    assert check_xml(lower(direct_alltoall(4)), mode="both", seeds=SEEDS).valid
+
+
+def test_dependencies_hasdep_and_nops_follow_the_runtime_rules():
+    # rank 0 reduces two chunks arriving from ranks 1 and 2 into o[0] and then forwards the sum
+    a = algo("fan-in", "reducescatter", 3, [((1,), 0, 1, 0, "reduce"), ((2,), 0, 2, 0, "reduce"),
+                                            ((0,), 1, 0, 0, "reduce"), ((0,), 2, 0, 1, "reduce"),
+                                            ((1,), 2, 1, 1, "reduce"), ((2,), 1, 2, 1, "reduce")])
+    verify(a)
+    text = lower(a)
+    assert check_xml(text, mode="both", seeds=SEEDS).valid
+    prog = parse_xml(text)
+    targets = {(g.id, s.depid, s.deps) for g in prog.gpus for tb in g.tbs for s in tb.steps if s.depid >= 0}
+    assert targets
+    for rank, tb, s in targets:
+        assert prog.gpus[rank].tbs[tb].steps[s].hasdep == 1
+    for g in prog.gpus:
+        for tb in g.tbs:
+            for k, st in enumerate(tb.steps):
+                if st.type == "nop":
+                    assert st.depid >= 0 and tb.steps[k + 1].depid >= 0
+
+
+def test_header_per_runtime():
+    executor = parse_xml(lower(ring_reducescatter(), LoweringOptions(min_bytes=1024, max_bytes=None)))
+    assert executor.header["coll"] == "reducescatter" and executor.header["maxBytes"] == "0"   # 0: no limit
+    assert executor.header["minBytes"] == "1024" and executor.header["outofplace"] == "1"
+    legacy = parse_xml(lower(ring_reducescatter(), LoweringOptions(runtime="msccl", max_bytes=1 << 20)))
+    assert legacy.header["coll"] == "reduce_scatter" and legacy.header["maxBytes"] == str((1 << 20) + 1)
+    assert legacy.header["inplace"] == "0"
+    assert parse_xml(lower(ring_reducescatter(), LoweringOptions(runtime="msccl"))).header["maxBytes"] != "0"
+    with pytest.raises(InputError, match="one mode"):
+        lower(ring_reducescatter(), LoweringOptions(runtime="msccl", inplace=True, outofplace=True))
+
+
+def test_output_is_what_the_runtime_tokenizer_accepts():
+    a = ring_allgather()
+    a = Algorithm('my "ring" <a&b>', a.collective, a.transfers)
+    text = lower(a)
+    assert "\t" not in text and not text.startswith("<?")
+    assert 'name="my &quot;ring&quot; &lt;a&amp;b&gt;"' in text.splitlines()[0]
+    for line in text.splitlines():
+        assert re.fullmatch(r" *<(/?)(algo|gpu|tb|step)( [A-Za-z_]+=\"[^\"]*\")*(/?)>", line), line
+        assert not re.search(r'="-?0\d', line)
+    assert parse_xml(text).header["name"] == 'my "ring" <a&b>'
+
+
+def test_limits_name_the_limit_and_the_excess():
+    many = algo("many", "allgather", 2, [((c,), 0, 1, 0) for c in range(70)] + [((70 + c,), 1, 0, 0)
+                                                                               for c in range(70)], 70)
+    with pytest.raises(LoweringError, match=r"steps per thread block.*at most 64.*needs 70, 6 too many"):
+        lower(many)
+    assert check_xml(lower(many, LoweringOptions(runtime="msccl")), runtime="msccl", seeds=1).valid  # 256 there
+    wide = algo("wide", "allgather", 2, [((0,), 0, 1, 0, "copy", 8), ((1,), 1, 0, 0, "copy", 8)])
+    with pytest.raises(LoweringError, match=r"channels.*= 36, 4 too many"):
+        lower(wide, LoweringOptions(instances=4))
+    with pytest.raises(InputError, match="instances"):
+        lower(ring_allgather(), LoweringOptions(instances=33))
+    broken = algo("broken", "allgather", 2, [((0,), 1, 0, 0)])
+    with pytest.raises(LoweringError, match="verify"):
+        lower(broken)
+
+
+# ----------------------------------------------------------------------------- baselines
+
+
+GRAPHS = {name: build_topology(load_hardware(hw), nodes)
+          for name, hw, nodes in (("ndv2x1", "ndv2", 1), ("ndv2x2", "ndv2", 2), ("dgx-a100x1", "dgx-a100", 1))}
+BASELINES = [(g, c, b) for g, graph in GRAPHS.items()
+             for c in ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast")
+             for b in applicable_baselines(graph, c)]
+
+
+def test_every_collective_has_baselines_to_lower():
+    assert len(BASELINES) >= 25
+    assert {c for _, c, _ in BASELINES} == {"allgather", "reducescatter", "allreduce", "alltoall", "broadcast"}
+
+
+@pytest.mark.parametrize("graph_name, coll, name", BASELINES, ids=["-".join(b) for b in BASELINES])
+def test_baseline_lowers_checks_and_round_trips(tmp_path, graph_name, coll, name):
+    graph = GRAPHS[graph_name]
+    a = baseline(graph, coll, name)
+    index = BASELINES.index((graph_name, coll, name))
+    instances = 1 + index % 4 if a.ranks <= 8 else 1 + index % 2
+    proto = ("Simple", "LL", "LL128")[index % 3]
+    report = check_xml(lower(a, LoweringOptions(instances=instances, proto=proto)), mode="both", seeds=1)
+    assert report.valid, f"instances={instances}: {report}"
+    path = tmp_path / "a.xml"
+    path.write_text(lower(a))
+    back = import_xml(path)
+    verify(back, graph)
+    assert (back.collective, len(back.transfers)) == (a.collective, len(a.transfers))
+    for size in (1 << 12, 1 << 22, 1 << 28):
+        assert simulate(back, graph, size).time_us == pytest.approx(simulate(a, graph, size).time_us, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def test_cli_lower_import_round_trip(tmp_path, capsys):
+    src = tmp_path / "ar.json"
+    save_algorithm(ring_allreduce(4), src)
+    xml = tmp_path / "ar.xml"
+    assert main(["lower", str(src), "-o", str(xml), "--instances", "2", "--proto", "LL128",
+                 "--min-bytes", "1K", "--max-bytes", "1M"]) == 0
+    head = parse_xml(xml.read_text()).header
+    assert (head["proto"], head["minBytes"], head["maxBytes"], head["nchannels"]) == ("LL128", "1024", "1048576", "2")
+    assert main(["check-xml", str(xml), "--seeds", "2"]) == 0
+    out = tmp_path / "back.json"
+    assert main(["import-xml", str(xml), "-o", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["collective"]["chunkup"] == 2 and len(data["transfers"]) == 2 * len(ring_allreduce(4).transfers)
+    assert main(["lower", str(src), "-o", str(tmp_path / "x.xml"), "--runtime", "msccl", "--inplace"]) == 0
+    assert parse_xml((tmp_path / "x.xml").read_text()).header["inplace"] == "1"
+    capsys.readouterr()
+    bad = tmp_path / "nope.xml"
+    assert main(["lower", str(src), "-o", str(bad), "--instances", "40"]) == 2
+    assert not bad.exists() and len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert list(tmp_path.glob(".*.tmp")) == []
