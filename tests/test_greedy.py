@@ -13,7 +13,7 @@ from autotaccl.hardware import load_hardware
 from autotaccl.simulate import simulate
 from autotaccl.sketch import default_sketch, load_sketch, logical_topology, sketch_from_dict
 from autotaccl.synth import SynthOptions, check_routes, synthesize
-from autotaccl.synth.greedy import STRATEGIES, assign_steps, greedy_schedule
+from autotaccl.synth.greedy import STRATEGIES, NotApplicable, assign_steps, greedy_schedule
 from autotaccl.topology import build_topology
 
 SKETCHES = Path(__file__).resolve().parents[2] / "shared" / "data" / "taccl-examples" / "sketch"
@@ -50,8 +50,14 @@ def test_every_collective_verifies(hw, nodes, collective):
     g = topo(hw, nodes)
     sketch = default_sketch(g, collective)
     lt = logical_topology(g, collective, sketch, 1 << 20)
+    applied = 0
     for strategy in STRATEGIES:
-        algorithm = greedy_schedule(lt, batching=True, strategy=strategy)
+        try:
+            algorithm = greedy_schedule(lt, batching=True, strategy=strategy)
+        except NotApplicable:
+            assert strategy in ("doubling", "relay")
+            continue
+        applied += 1
         verify(algorithm, g)
         assert algorithm.collective == lt.collective
         assert_respects(algorithm, lt)
@@ -60,6 +66,36 @@ def test_every_collective_verifies(hw, nodes, collective):
         assert steps == sorted(steps)
         if collective in ("reducescatter", "allreduce"):
             assert any(t.op == "reduce" for t in algorithm.transfers)
+    assert applied >= 2
+
+
+@pytest.mark.parametrize("hw,nodes,sketch,applies", [
+    ("dgx-a100", 2, None, {"doubling", "relay"}),
+    ("dgx2", 1, "sk1-dgx2-n1", {"doubling"}),
+    ("dgx2", 2, "sk1-dgx2-n2", {"relay"}),          # odd -> even pairs: no same-index peers
+    ("ndv2", 2, "sk1-ndv2-n2", set()),              # the cube-mesh is not a complete graph
+])
+def test_structured_strategies_apply_where_the_sketch_allows(hw, nodes, sketch, applies):
+    g = topo(hw, nodes)
+    sk = load_sketch(SKETCHES / f"{sketch}.json") if sketch else default_sketch(g, "allgather")
+    lt = logical_topology(g, "allgather", sk, 1 << 20)
+    for strategy in ("doubling", "relay"):
+        if strategy in applies:
+            algorithm = greedy_schedule(lt, strategy=strategy)
+            verify(algorithm, g)
+            assert_respects(algorithm, lt)
+            assert all(len(t.chunks) >= 1 for t in algorithm.transfers)
+        else:
+            with pytest.raises(NotApplicable):
+                greedy_schedule(lt, strategy=strategy)
+
+
+def test_doubling_takes_log_steps_on_a_switch():
+    g = topo("dgx2", 1)
+    lt = logical_topology(g, "allgather", load_sketch(SKETCHES / "sk1-dgx2-n1.json"), 1 << 10)
+    algorithm = greedy_schedule(lt, strategy="doubling")
+    assert algorithm.num_steps == 4 and len(algorithm.transfers) == 4 * 16      # ceil(log2 16) exchanges
+    assert sorted({len(t.chunks) for t in algorithm.transfers}) == [1, 2, 4, 8]
 
 
 @pytest.mark.parametrize("name,hw", [("sk1-ndv2-n2", "ndv2"), ("sk2-ndv2-n2", "ndv2"), ("sk3-ndv2-n2", "ndv2"),
@@ -105,7 +141,7 @@ def test_sender_map_restricts_who_carries_chunks_off_node():
     lt = logical_topology(g, "alltoall", sketch, 1 << 20)
     assert lt.senders[(3 * 16 + 8)] == frozenset({0})   # GPU 3 -> GPU 8 leaves node 0 through GPU 0 only
     assert (3 * 16 + 9) in lt.senders and (4 * 16 + 9) not in lt.senders   # GPU 4 is not mapped: unrestricted
-    for strategy in STRATEGIES:
+    for strategy in ("earliest", "balanced"):
         algorithm = greedy_schedule(lt, strategy=strategy)
         verify(algorithm, g)
         assert_respects(algorithm, lt)
@@ -135,7 +171,11 @@ def test_synthesize_picks_the_variant_the_simulator_prefers():
     result = synthesize(g, "allgather", None, SynthOptions(engine="greedy", size=1 << 10))
     chosen = simulate(result.algorithm, g, 1 << 10).time_us
     for strategy in STRATEGIES:
-        assert chosen <= simulate(greedy_schedule(lt, True, strategy), g, 1 << 10).time_us + 1e-9
+        try:
+            other = greedy_schedule(lt, True, strategy)
+        except NotApplicable:
+            continue
+        assert chosen <= simulate(other, g, 1 << 10).time_us + 1e-9
     assert json.dumps(dict(result.algorithm.metadata))   # metadata stays plain JSON
     assert result.algorithm.metadata["sketch_key"] and result.algorithm.metadata["engine"] == "greedy"
 
