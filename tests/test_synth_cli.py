@@ -104,3 +104,16 @@ def test_infeasible_sketch_exits_2_with_the_reason(tmp_path, capsys):
                           "--engine", "greedy", "-o", str(out))
     assert code == 2 and "no route from GPU 0 to node 0 (GPU 4) under this sketch" in stderr
     assert not out.exists()
+
+
+def test_milp_allreduce_reports_combine_stages(tmp_path, capsys):
+    out = tmp_path / "ar.json"
+    code, stdout, _ = run(capsys, "synth", "--hardware", "ndv2", "--collective", "allreduce", "--sketch",
+                          str(SK / "sk1-ndv2-n1.json"), "--engine", "milp", "--solver", "highs", "-o", str(out), "--json")
+    assert code == 0
+    report = json.loads(stdout)
+    assert {"rs-routing", "rs-scheduling", "ag-routing", "ag-scheduling"} <= set(report["stages"])
+    assert all(s["solver"] for s in report["stages"].values())
+    algorithm = load_algorithm(out)
+    verify(algorithm, build_topology(load_hardware("ndv2"), 1))
+    assert algorithm.collective.name == "allreduce"

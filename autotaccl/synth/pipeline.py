@@ -137,8 +137,8 @@ def _milp(lt: LogicalTopology, options: SynthOptions, sketch) -> tuple[Algorithm
     stages: dict[str, StageReport] = {}
     try:
         if coll.is_reduction:
-            combine = _combine_stage()
-            algorithm, stages = combine(lt, sketch, solver)
+            from .combine import combine_stage
+            algorithm, stages = combine_stage(lt, sketch, solver)
         else:
             algorithm, stages = _forward(lt, sketch, solver)
     except NoSolutionError as err:
@@ -158,16 +158,6 @@ def _forward(lt: LogicalTopology, sketch, solver: SolverOptions) -> tuple[Algori
                                                               batch_window=sketch.batch_window))
     stages = {"routing": routed.report, "ordering": ordered.report, "scheduling": scheduled.report}
     return scheduled.algorithm, stages
-
-
-def _combine_stage():
-    """synth-milp's combine stage (ReduceScatter/AllReduce from the reversed AllGather)."""
-    try:
-        from .combine import combine_stage
-    except ImportError:
-        raise InputError("--engine", "milp", "the combine stage for ReduceScatter/AllReduce (not available yet; "
-                         "use --engine greedy)") from None
-    return combine_stage
 
 
 def _fallback(lt: LogicalTopology, options: SynthOptions, sketch, why: str) -> tuple[Algorithm, dict, str]:
