@@ -242,35 +242,51 @@ class Replay:
                 for c, v in zip(dst, value):
                     mem[c] = v
                     writer[c] = (r, tb.id, op.s, op.line)
+            touched = [g]
+            if incoming is not None:
+                touched.append(senders.get((tb.recv, r, tb.chan), g))
             if out is not None:
                 key = (r, tb.send, tb.chan)
                 fifo.setdefault(key, deque()).append((out, cnt, list(mine), (tb.id, op.s)))
+                touched.append(receivers.get(key, g))
                 if on_message is not None:
                     on_message(r, tb.send, tb.chan, out, round_no)
             if op.hasdep:
                 flag[g] = op.pub
                 pubs[g].append(op.pub)
                 pub_vc[g].append(list(mine))
+                touched.extend(same_rank[r])
             pc[g] += 1
-            if pc[g] == len(self.ops[g]):
-                unfinished.remove(g)
+            for h in touched:       # only these can have become runnable or blocked
+                if pc[h] < len(self.ops[h]) and blocked(h) is None:
+                    ready.add(h)
+                else:
+                    ready.discard(h)
             return None
 
-        unfinished = [g for g in range(T) if self.ops[g]]
-        while unfinished:
-            ready = [g for g in unfinished if blocked(g) is None]
+        senders = {(r, tb.send, tb.chan): g for g, (r, tb) in enumerate(self.tbs) if tb.send >= 0}
+        receivers = {(tb.recv, r, tb.chan): g for g, (r, tb) in enumerate(self.tbs) if tb.recv >= 0}
+        same_rank: dict[int, list[int]] = {}
+        for g, (r, _) in enumerate(self.tbs):
+            same_rank.setdefault(r, []).append(g)
+        ready = {g for g in range(T) if self.ops[g] and blocked(g) is None}
+        while True:
             if not ready:
-                g = unfinished[0]
+                stuck = [g for g in range(T) if pc[g] < len(self.ops[g])]
+                if not stuck:
+                    break
+                g = stuck[0]
                 op = self.ops[g][pc[g]]
-                return Problem(f"deadlock: {blocked(g)} ({len(unfinished)} thread blocks stuck)", **where(g, op))
+                return Problem(f"deadlock: {blocked(g)} ({len(stuck)} thread blocks stuck)", **where(g, op))
             if rounds:      # every thread block ready at the start of a round runs one operation
-                for g in ready:
-                    problem = execute(g)
-                    if problem is not None:
-                        return problem
+                for g in sorted(ready):
+                    if g in ready:
+                        problem = execute(g)
+                        if problem is not None:
+                            return problem
                 round_no += 1
                 continue
-            problem = execute(ready[0] if seed is None else rng.choice(ready))
+            problem = execute(min(ready) if seed is None else rng.choice(sorted(ready)))
             if problem is not None:
                 return problem
         for (src_rank, dst_rank, chan), q in sorted(fifo.items()):
