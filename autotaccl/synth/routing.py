@@ -39,7 +39,7 @@ class RoutingOptions:
     milp: SolverOptions = SolverOptions()
     slack: int | None = None         # extra hops allowed beyond the sketch's shortest route; None = auto:
                                      # 1 while that keeps at most `auto_slack_limit` candidates, else 0
-    auto_slack_limit: int = 12_000
+    auto_slack_limit: int = 4_000   # transfer columns (after symmetry) that slack 1 may create
     tie_weight: float = 1e-3         # weight of the unique-connection / min-max terms, relative to one transfer
 
 
@@ -189,6 +189,22 @@ def _check_automorphism(lt: LogicalTopology, sigma: tuple[int, ...]) -> str:
     return ""
 
 
+def _group_order(perms) -> int:
+    """How many rank permutations the symmetry generators produce (the identity included)."""
+    if not perms:
+        return 1
+    ident = tuple(range(len(perms[0][0])))
+    seen, todo = {ident}, [ident]
+    while todo:
+        p = todo.pop()
+        for sigma, _ in perms:
+            q = tuple(sigma[i] for i in p)
+            if q not in seen:
+                seen.add(q)
+                todo.append(q)
+    return len(seen)
+
+
 class _Orbits:
     """Union-find over hashable items; ``index`` numbers the orbits 0, 1, ..."""
 
@@ -220,13 +236,13 @@ def route(lt: LogicalTopology, options: RoutingOptions = RoutingOptions()) -> Ro
     began = time.perf_counter()
     coll = lt.collective
     C = coll.num_chunks
+    perms = symmetry_permutations(lt)
     slack = 1 if options.slack is None else options.slack
     cand = {c: chunk_edges(lt, c, slack) for c in range(C)}
-    if options.slack is None and sum(map(len, cand.values())) > options.auto_slack_limit:
+    if options.slack is None and sum(map(len, cand.values())) > options.auto_slack_limit * _group_order(perms):
         slack = 0
         cand = {c: chunk_edges(lt, c, slack) for c in range(C)}
     triples = [(c, u, v) for c in range(C) for u, v in cand[c]]
-    perms = symmetry_permutations(lt)
     sources = {c: next(iter(coll.precondition(c))) for c in range(C)}
 
     # orbits of transfers, arrivals and chunks under the symmetry group
@@ -314,7 +330,17 @@ def route(lt: LogicalTopology, options: RoutingOptions = RoutingOptions()) -> Ro
 
     start = _greedy_start(lt, cand, reps, sources, cost, col_x, col_a, T, load)
     if start is not None:
-        m.set_start(*start)
+        # the start's makespan bounds every useful time (plus what the tie-break terms could be worth),
+        # which keeps the big-M rows of the arrival indicators tight
+        cols, values = start
+        t_start = dict(zip(cols, values))[T]
+        tight = t_start + abs(unit) * (len(objective) + 1) + 1e-6
+        times = set(col_a.values()) | {T}
+        ub = m.ub
+        for col in times:
+            if ub[col] > 0:
+                m.set_bounds(col, 0.0, tight)
+        m.set_start(cols, [min(v, tight) if c in times else v for c, v in zip(cols, values)])
     sol = solve(m, options.milp)
     if sol.status == "infeasible":
         raise InfeasibleError(f"the routing model is infeasible for {coll.name} on {lt.graph.graph.get('name')}: "
