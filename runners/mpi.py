@@ -28,7 +28,7 @@ from autotaccl.errors import InputError
 
 from . import launch
 from .progress import read_heartbeats
-from .results import check_dtype, check_op, frame
+from .results import DTYPES, check_dtype, check_op, frame, layout
 
 log = logging.getLogger(__name__)
 RANK_MODULE = "runners.mpi_rank"
@@ -74,13 +74,17 @@ class JobOptions:
     launcher: str = "mpiexec"
     hostfile: str | None = None
     timeout: float = 300.0
-    workdir: str | None = None      # keep the job's files here (default: a temporary directory)
+    workdir: str | None = None      # keep the job's files here (default: a temporary directory, in the
+                                    # current directory when ranks may run on other nodes)
 
 
 def run_job(tasks: list[dict], options: JobOptions, settings: dict | None = None) -> list:
     """Run ``tasks`` in one MPI job; returns each task's result (rank 0's ``result.json``)."""
     cmd = launcher_command(options.launcher, options.np, options.hostfile)
-    with tempfile.TemporaryDirectory(prefix="autotaccl-mpi-") as tmp:
+    # ranks on other nodes write heartbeats next to the job file: off this node, keep it in the current
+    # directory (usually on the shared file system) rather than in this node's /tmp
+    local = options.hostfile is None and shlex.split(options.launcher or "mpiexec")[0] == "mpiexec"
+    with tempfile.TemporaryDirectory(prefix="autotaccl-mpi-", dir=None if local else Path.cwd()) as tmp:
         workdir = Path(options.workdir or tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         for stale in (*workdir.glob("rank-*.json"), workdir / "result.json"):
@@ -181,6 +185,12 @@ def measure_many(algorithms: Sequence[Algorithm | Collective], sizes: Sequence[i
              for a in algorithms]
     settings = {"sizes": [int(s) for s in sizes], "dtype": check_dtype(dtype), "op": check_op(op),
                 "iters": int(iters), "warmup": int(warmup), "check": bool(check), "modes": [bool(m) for m in inplace]}
+    for item in algorithms:
+        coll = item.collective if isinstance(item, Algorithm) else item
+        tiny = [s for s in sizes if layout(coll, s, DTYPES[dtype][1]().itemsize).chunk_elems == 0]
+        if tiny:
+            log.warning("%s: sizes %s hold less than one element per chunk and are skipped",
+                        getattr(item, "name", coll.name), ", ".join(map(str, tiny)))
     results = run_job(tasks, JobOptions(np, launcher, hostfile, timeout, workdir), settings)
     return [frame(rows) for rows in results]
 

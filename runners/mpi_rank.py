@@ -118,11 +118,22 @@ def timed(comm: MPI.Comm, call: Callable[[], None], warmup: int, iters: int, bea
     return comm.allreduce(elapsed, op=MPI.MAX)
 
 
+def read_job(comm: MPI.Comm, path: Path) -> dict:
+    """Rank 0 reads the job file and broadcasts its JSON bytes, so other nodes need not see the file."""
+    raw = np.frombuffer(path.read_bytes(), np.uint8) if comm.Get_rank() == 0 else None
+    size = np.array([raw.size if raw is not None else 0], np.int64)
+    comm.Bcast(size, root=0)
+    if raw is None:
+        raw = np.empty(int(size[0]), np.uint8)
+    comm.Bcast(raw, root=0)
+    return json.loads(raw.tobytes())
+
+
 def main(argv: list[str]) -> int:
     job_path = Path(argv[1])
-    job = json.loads(job_path.read_text())
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
+    job = read_job(comm, job_path)
     beat = Heartbeat(job_path.parent, rank).start()
     results = []
     try:

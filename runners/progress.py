@@ -57,8 +57,11 @@ class Heartbeat:
         record = {"rank": self.rank, "pid": os.getpid(), "host": socket.gethostname(), "time": time.time(),
                   "phase": self.phase, "doing": doing, "error": self.error}
         tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(json.dumps(record))
-        tmp.replace(self.path)
+        try:
+            tmp.write_text(json.dumps(record))
+            tmp.replace(self.path)
+        except OSError:  # the job directory is not shared with this node: no heartbeat from here
+            pass
 
     def _loop(self) -> None:
         while not self._stop.wait(self.period):
