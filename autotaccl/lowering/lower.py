@@ -18,6 +18,7 @@ from .threadblocks import TbKey, Uses, plan_threadblocks
 from .xmlwrite import write_xml
 
 log = logging.getLogger(__name__)
+MAX_ATTEMPTS = 8    # re-plans that split deadlocked send/receive thread blocks before splitting all
 
 
 def lower(algorithm: Algorithm, options: LoweringOptions | None = None) -> str:
@@ -43,18 +44,25 @@ def lower_program(algorithm: Algorithm, options: LoweringOptions | None = None) 
     expanded, channels = replicate(algorithm, opts.instances)
     coll = expanded.collective
     uses = Uses.of(expanded)
-    for pair in (True, False):
-        plan = plan_threadblocks(expanded, channels, uses, pair)
+    forbid: frozenset | None = frozenset()
+    for attempt in range(MAX_ATTEMPTS + 1):
+        plan = plan_threadblocks(expanded, channels, uses, forbid)
         lay = layout(expanded, plan, uses, opts.inplace)
         steps = build_steps(expanded, plan, lay, limits.max_cnt)
         add_dependencies(steps, coll.name, coll.chunkup, opts.inplace, opts.outofplace)
         gpus = _number(steps, coll, lay.scratch, source, limits)
-        problem = _deadlock(Program(_header(algorithm, coll, gpus, opts), gpus), coll.name, opts)
+        stuck, problem = _deadlock(Program(_header(algorithm, coll, gpus, opts), gpus), coll.name, opts)
         if problem is None:
             break
-        log.info("%s: %s; lowering again with separate send and receive thread blocks", source, problem)
-    else:
-        raise LoweringError(source, "schedule", f"a program that cannot deadlock; even without fused steps: {problem}")
+        if forbid is None:
+            raise LoweringError(source, "schedule", f"a program that cannot deadlock; even without fused steps: "
+                                f"{problem}")
+        # thread blocks that both receive and send can block each other on full connection buffers
+        # (the runtime holds about 2 messages per connection): give those peers separate blocks
+        split = {(r, tb.chan, tb.recv, tb.send) for r, t in stuck for tb in (gpus[r].tbs[t],)
+                 if tb.send >= 0 and tb.recv >= 0}
+        forbid = None if not split or attempt + 1 == MAX_ATTEMPTS else forbid | split
+        log.info("%s: %s; splitting %d send/receive thread blocks", source, problem, len(split))
     program = Program(_header(algorithm, coll, gpus, opts), gpus)
     _check_limits(program, source, opts.runtime)
     log.info("lowered %s: %d ranks, %d channels, %d thread blocks, %d steps", source, coll.ranks,
@@ -64,10 +72,12 @@ def lower_program(algorithm: Algorithm, options: LoweringOptions | None = None) 
 
 
 def _deadlock(program: Program, coll_name: str, opts: LoweringOptions):
-    """The deadlock (or other replay problem) of one deterministic run, or None."""
+    """(stuck thread blocks, problem) of one deterministic replay; problem None if it completes."""
     from ..xmlcheck.replay import Replay
     mode = "outofplace" if opts.outofplace else "inplace"
-    return Replay(program, coll_name, mode).run(None, races=False)
+    replay = Replay(program, coll_name, mode)
+    problem = replay.run(None, races=False)
+    return replay.stuck, problem
 
 
 def _header(algorithm: Algorithm, coll, gpus, opts: LoweringOptions) -> dict[str, str]:

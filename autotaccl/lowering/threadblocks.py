@@ -104,12 +104,14 @@ def forward_candidates(algorithm: Algorithm, channels: tuple[int, ...], uses: Us
     return out
 
 
-def plan_threadblocks(algorithm: Algorithm, channels: tuple[int, ...], uses: Uses, pair: bool = True) -> Plan:
-    """With ``pair`` False every thread block only sends or only receives (never deadlocks on full
-    connection buffers, but nothing is fused)."""
+def plan_threadblocks(algorithm: Algorithm, channels: tuple[int, ...], uses: Uses,
+                      forbid: frozenset[tuple[int, int, int, int]] | None = frozenset()) -> Plan:
+    """``forbid``: (rank, channel, receive peer, send peer) pairs that must not share a thread block
+    (None: no pairs at all; then every block only sends or only receives and nothing is fused)."""
     transfers = algorithm.transfers
     coll = algorithm.collective
-    cand = forward_candidates(algorithm, channels, uses) if pair else {}
+    cand = forward_candidates(algorithm, channels, uses) if forbid is not None else {}
+    forbid = forbid or frozenset()
     peers = defaultdict(lambda: (set(), set()))       # (rank, chan) -> (recv peers, send peers)
     for t, tr in enumerate(transfers):
         peers[(tr.dst, channels[t])][0].add(tr.src)
@@ -122,7 +124,7 @@ def plan_threadblocks(algorithm: Algorithm, channels: tuple[int, ...], uses: Use
     for (rank, chan), (recvs, sends) in sorted(peers.items()):
         pairs = sorted(((-n, p, q) for (r, ch, p, q), n in counts.items() if r == rank and ch == chan))
         for _, p, q in pairs:
-            if (rank, p, chan) not in recv_key and (rank, q, chan) not in send_key:
+            if (rank, chan, p, q) not in forbid and (rank, p, chan) not in recv_key and (rank, q, chan) not in send_key:
                 recv_key[(rank, p, chan)] = send_key[(rank, q, chan)] = (rank, q, p, chan)
         for p in sorted(recvs):
             recv_key.setdefault((rank, p, chan), (rank, -1, p, chan))

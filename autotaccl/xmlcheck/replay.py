@@ -93,6 +93,7 @@ class Replay:
         self.tbs = [(g.id, tb) for g in program.gpus for tb in g.tbs]
         self.gid = {(r, tb.id): k for k, (r, tb) in enumerate(self.tbs)}
         self.ops = [fold(tb) for _, tb in self.tbs]
+        self.stuck: tuple[tuple[int, int], ...] = ()   # (rank, tb) left unfinished by the last deadlock
 
     # ------------------------------------------------------------------ memory model
     def canon(self, rank: int, buf: str, off: int) -> tuple[int, int, int]:
@@ -275,6 +276,7 @@ class Replay:
                 stuck = [g for g in range(T) if pc[g] < len(self.ops[g])]
                 if not stuck:
                     break
+                self.stuck = tuple(self.tbs[h][0:1] + (self.tbs[h][1].id,) for h in stuck)
                 g = stuck[0]
                 op = self.ops[g][pc[g]]
                 return Problem(f"deadlock: {blocked(g)} ({len(stuck)} thread blocks stuck)", **where(g, op))
