@@ -216,3 +216,17 @@ def test_a_binary_that_prints_no_table_is_an_error(tmp_path):
 def test_missing_binary_is_bad_input(tmp_path):
     with pytest.raises(InputError, match="--binary"):
         get_runner("nccl-tests").measure(str(XML), [4096], binary=str(tmp_path), launcher="mpirun")
+
+
+def test_an_algorithm_is_lowered_to_xml_first(stand_in, tmp_path):
+    from autotaccl.algorithm import Algorithm, Transfer
+    from autotaccl.collectives import Collective
+    ring = Algorithm("ring4", Collective("allgather", 4),
+                     tuple(Transfer(((r - s) % 4,), r, (r + 1) % 4, s) for s in range(3) for r in range(4)))
+    df = get_runner("nccl-tests").measure(ring, [4096], binary=str(stand_in.parent), launcher=[_mpiexec(), "-n", "1"],
+                                          runtime="executor", timeout=60, workdir=str(tmp_path / "work"))
+    env = json.loads((stand_in.parent / "calls.jsonl").read_text().splitlines()[0])["env"]
+    assert env["MSCCL_XML_FILES"] is None and env["NCCL_MSCCL_ENABLE"] == "1"
+    (xml,) = Path(env["MSCCL_ALGO_DIR"]).iterdir()
+    assert xml_collective(xml) == "allgather" and 'ngpus="4"' in xml.read_text()
+    assert len(df) == 2 and (df["wrong"] == 0).all()
