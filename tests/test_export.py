@@ -11,6 +11,7 @@ import yaml
 from autotaccl.cli import main
 from autotaccl.tuning.export import winners
 from autotaccl.tuning.sweep import TuneRequest, tune
+from test_tuning_store import fresh_store
 from autotaccl.xmlcheck import check_xml
 
 SIZES = [1024, 32768, 1048576, 16777216]
@@ -33,6 +34,7 @@ def exported(tmp_path_factory):
     space = tmp / "space.yaml"
     space.write_text(yaml.safe_dump(SPACE, sort_keys=False))
     out = tmp / "runs"
+    fresh_store(out)
     tune(TuneRequest(space=str(space), trials=4, out=str(out), sampler="random", seed=3, progress=False))
     uri = f"sqlite:///{out / 'mlflow.db'}"
     target = tmp / "export"

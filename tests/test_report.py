@@ -9,6 +9,7 @@ import yaml
 
 from autotaccl.cli import main
 from autotaccl.tuning.sweep import TuneRequest, tune
+from test_tuning_store import fresh_store
 from dashboards.report import experiment_section
 
 SPACE = {
@@ -29,6 +30,7 @@ def tracked(tmp_path_factory):
     space = tmp / "space.yaml"
     space.write_text(yaml.safe_dump(SPACE, sort_keys=False))
     out = tmp / "runs"
+    fresh_store(out)
     tune(TuneRequest(space=str(space), trials=4, out=str(out), sampler="random", seed=5, progress=False))
     return tmp, f"sqlite:///{out / 'mlflow.db'}"
 

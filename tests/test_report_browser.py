@@ -11,6 +11,7 @@ import yaml
 
 from autotaccl.cli import main
 from autotaccl.tuning.sweep import TuneRequest, tune
+from test_tuning_store import fresh_store
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SPACE = {
@@ -41,6 +42,7 @@ def test_report_renders_in_headless_chromium(tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump(SPACE, sort_keys=False))
     out = tmp_path / "runs"
+    fresh_store(out)
     tune(TuneRequest(space=str(space), trials=3, out=str(out), sampler="bruteforce", seed=0, progress=False))
     target = tmp_path / "report"
     assert main(["report", "--tracking-uri", f"sqlite:///{out / 'mlflow.db'}", "-o", str(target)]) == 0

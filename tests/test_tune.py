@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import mlflow
@@ -14,6 +12,7 @@ from optuna.trial import TrialState
 
 from autotaccl.cli import main
 from autotaccl.tuning.sweep import TuneRequest, tune
+from test_tuning_store import fresh_store
 
 SIZES = [1024, 65536, 4194304]
 SPACE = {
@@ -45,7 +44,7 @@ def runs(out: Path, name: str = "ndv2x2-allgather"):
 def sweep(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sweep")
     space = write_space(tmp)
-    out = tmp / "runs"
+    out = tmp / "runs"                          # no store yet: the driver creates it
     request = TuneRequest(space=str(space), trials=3, out=str(out), sampler="random", seed=7, progress=False)
     first = tune(request)
     return tmp, space, out, request, first
@@ -101,16 +100,14 @@ def test_objective_is_geomean_of_time_relative_to_best_baseline(sweep):
         assert w.time_us == pytest.approx(min(times + [w.baseline_time_us]))
 
 
-def test_resume_with_two_workers_does_not_repeat_finished_trials(sweep):
+def test_resume_with_two_workers_does_not_repeat_finished_trials(sweep, capsys):
     tmp, space, out, request, (first,) = sweep
     study_name = "ndv2x2-allgather"
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / "optuna.journal")))
     before = {t.number: (t.params, t.datetime_complete) for t in optuna.load_study(study_name=study_name,
                                                                                      storage=storage).trials}
-    code = subprocess.run([sys.executable, "-m", "autotaccl.cli", "tune", "--space", str(space), "--trials", "5",
-                           "--workers", "2", "--out", str(out), "--sampler", "random", "--seed", "8",
-                           "--no-progress"], capture_output=True, text=True, timeout=300)
-    assert code.returncode == 0, code.stderr
+    assert main(["tune", "--space", str(space), "--trials", "5", "--workers", "2", "--out", str(out),
+                 "--sampler", "random", "--seed", "8", "--no-progress"]) == 0
     study = optuna.load_study(study_name=study_name, storage=storage)
     finished = [t for t in study.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)]
     assert 5 <= len(finished) <= 6              # 2 more trials, at most one overshoot between the two workers
@@ -123,13 +120,14 @@ def test_resume_with_two_workers_does_not_repeat_finished_trials(sweep):
     assert trial_runs["tags.optuna.trial"].is_unique
     assert (df["tags.autotaccl.kind"] == "sweep").sum() == 1        # the same parent run was resumed
     assert sorted(trial_runs["tags.optuna.trial"].astype(int)) == sorted(t.number for t in finished)
-    assert "ndv2x2-allgather" in code.stdout
+    assert "study ndv2x2-allgather" in capsys.readouterr().out
 
 
 def test_repeated_configuration_hits_the_synthesis_cache(tmp_path):
     data = dict(SPACE, parameters={"protocol": {"type": "categorical", "choices": ["Simple", "LL", "LL128"]}},
                 fixed={"engine": "greedy", "internode_conn": "relay", "relay_map": "1:0"}, seeds=[])
     out = tmp_path / "runs"
+    fresh_store(out)
     request = TuneRequest(space=str(write_space(tmp_path, data)), trials=3, out=str(out), sampler="bruteforce",
                           seed=0, progress=False)
     (summary,) = tune(request)
