@@ -203,3 +203,17 @@ def test_a_hung_rank_is_killed_at_the_timeout_and_named(tmp_path):
     assert re.search(r"rank 2 \(pid \d+ on \S+\) waiting for chunk \d+ from rank 1 at step \d+", text), text
     _no_rank_survives(beats)
     assert math.isfinite(outcome["seconds"])
+
+
+def test_a_rank_that_raises_ends_the_job_with_its_error(tmp_path):
+    from runners.mpi import JobOptions, run_job
+    settings = {"sizes": [1024], "dtype": "float32", "op": "sum", "iters": 1, "warmup": 0, "check": True,
+                "modes": [False]}
+    start = time.monotonic()
+    with pytest.raises(JobError) as info:
+        run_job([{"kind": "algorithm", "algorithm": {"format": "not-an-algorithm"}}], JobOptions(2, timeout=60,
+                workdir=str(tmp_path)), settings)
+    assert time.monotonic() - start < 30
+    text = str(info.value)
+    assert "raised InputError" in text and "format" in text and not isinstance(info.value, JobTimeout)
+    _no_rank_survives(read_heartbeats(tmp_path))
