@@ -1,0 +1,79 @@
+"""import_xml: MSCCL XML (tools-made, hand-written, ours) as IR algorithms that verify and re-lower."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotaccl.algorithm import verify
+from autotaccl.errors import InputError
+from autotaccl.lowering import LoweringOptions, lower
+from autotaccl.xmlcheck import check_xml
+from autotaccl.xmlcheck.importer import import_xml
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "data" / "msccl-xml"
+
+EXPECTED = {  # file -> (collective, ranks, chunk-up)
+    "a2a_allpairs4.xml": ("alltoall", 4, 1), "a2a_two_step_2x4.xml": ("alltoall", 8, 1),
+    "ag8x.xml": ("allgather", 8, 1), "ag_ring4.xml": ("allgather", 4, 1), "ag_ring4_tools.xml": ("allgather", 4, 1),
+    "ag_ring4_tools_oop.xml": ("allgather", 4, 1), "ag_ring8_inplace.xml": ("allgather", 8, 1),
+    "ar_2gpu.xml": ("allreduce", 2, 1), "ar_a100_ring8.xml": ("allreduce", 8, 2), "ar_ring4.xml": ("allreduce", 4, 1),
+    "hier_ar_4x2.xml": ("allreduce", 8, 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_corpus_imports_verifies_and_lowers_again(name):
+    a = import_xml(CORPUS / name, seeds=1)
+    verify(a)
+    c = a.collective
+    assert (c.name, c.ranks, c.chunkup) == EXPECTED[name]
+    assert a.metadata["source"] == "msccl-xml"
+    report = check_xml(lower(a), mode="both", seeds=1)
+    assert report.valid, str(report)
+
+
+def test_ring_allgather_is_three_forwarding_steps():
+    a = import_xml(CORPUS / "ag_ring4.xml", seeds=1)
+    assert len(a.transfers) == 12 and a.num_steps == 3
+    assert all(t.dst == (t.src + 1) % 4 and t.op == "copy" for t in a.transfers)
+
+
+def test_ring_allreduce_reduces_then_copies():
+    a = import_xml(CORPUS / "ar_ring4.xml", seeds=1)
+    ops = [t.op for t in a.transfers]
+    assert ops.count("reduce") == 12 and ops.count("copy") == 12
+    assert ops.index("copy") > max(i for i, op in enumerate(ops) if op == "reduce") - 4
+
+
+def test_two_step_alltoall_relays_become_multi_hop_transfers():
+    a = import_xml(CORPUS / "a2a_two_step_2x4.xml", seeds=1)
+    R = 8
+    relayed = [t for t in a.transfers if any(c // R != t.src for c in t.chunks)]   # chunk c starts on c // R
+    assert relayed, "the cross-node sends forward chunks gathered from other GPUs"
+    assert any(len(t.chunks) == 4 for t in relayed)                               # the aggregated cnt=4 send
+    for t in relayed:
+        for c in (c for c in t.chunks if c // R != t.src):     # gathered first: the earlier hop
+            assert any(u.dst == t.src and c in u.chunks for u in a.transfers[:a.transfers.index(t)])
+
+
+def test_import_rejects_what_the_ir_cannot_hold(tmp_path):
+    text = (CORPUS / "ag_ring4.xml").read_text().replace('coll="allgather"', 'coll="gather"')
+    path = tmp_path / "gather.xml"
+    path.write_text(text)
+    with pytest.raises(InputError, match="coll"):
+        import_xml(path)
+    broken = (CORPUS / "ar_ring4.xml").read_text().replace('inplace="1"', 'inplace="0"')
+    path = tmp_path / "oop.xml"
+    path.write_text(broken)          # valid only in-place, but now it claims out-of-place
+    with pytest.raises(InputError, match="valid MSCCL algorithm"):
+        import_xml(path, seeds=1)
+
+
+def test_instances_import_as_a_finer_chunking(tmp_path):
+    a = import_xml(CORPUS / "ag_ring4.xml", seeds=1)
+    path = tmp_path / "x3.xml"
+    path.write_text(lower(a, LoweringOptions(instances=3)))
+    b = import_xml(path, seeds=1)
+    verify(b)
+    assert b.collective.chunkup == 3 and len(b.transfers) == 3 * len(a.transfers)
