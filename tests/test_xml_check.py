@@ -268,3 +268,15 @@ def test_nop_dependencies_fold_into_a_fused_re_chain():
 def test_fused_re_chain_without_its_nop_races_on_scratch():
     report = check_xml(allpairs3(with_nop=False), mode="outofplace", seeds=SEEDS)
     assert not report.valid and "race on s[" in report.first.message
+
+
+def test_package_interface_and_runtime_detection_of_our_legacy_files():
+    from autotaccl.algorithm import Algorithm, Transfer
+    from autotaccl.collectives import Collective
+    from autotaccl.lowering import CheckReport, LoweringOptions, check_xml as lowering_check, import_xml, lower
+    rs = Algorithm("rs", Collective("reducescatter", 2), (Transfer((1,), 0, 1, 0, "reduce"),
+                                                          Transfer((0,), 1, 0, 0, "reduce")))
+    text = lower(rs, LoweringOptions(runtime="msccl"))
+    report = lowering_check(text, seeds=1)       # the portable header, but coll="reduce_scatter"
+    assert isinstance(report, CheckReport) and report.runtime == "msccl" and report.valid
+    assert callable(import_xml)

@@ -5,7 +5,7 @@ import logging
 from pathlib import Path
 
 from ..errors import InputError
-from ..lowering.program import HEADER_REQUIRED, RUNTIMES, Program
+from ..lowering.program import COLL_ACCEPTED, HEADER_REQUIRED, RUNTIMES, Program
 from .parse import read_xml
 from .replay import Replay
 from .report import CheckReport, Problem
@@ -16,8 +16,10 @@ MODES = ("inplace", "outofplace", "both", "header")
 
 
 def detect_runtime(program: Program) -> str:
-    """msccl-executor if the header has every attribute it requires, else the legacy msccl runtime."""
-    if all(k in program.header for k in HEADER_REQUIRED["msccl-executor"]):
+    """msccl-executor if the header has every attribute it requires and a ``coll`` it accepts, else the
+    legacy msccl runtime."""
+    if all(k in program.header for k in HEADER_REQUIRED["msccl-executor"]) and \
+            program.header.get("coll") in COLL_ACCEPTED["msccl-executor"]:
         return "msccl-executor"
     return "msccl"
 

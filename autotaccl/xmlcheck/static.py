@@ -7,6 +7,7 @@ from ..lowering.program import (COLL_ACCEPTED, COLL_NAMES, HEADER_REQUIRED, LIMI
                                 Program, Step)
 from .report import Problem
 
+PORTABLE_TBS = 128   # fewer than the SMs of an A100 (108 usable at once) / H100 (132): §1.4, §1.9
 #: step type -> (uses src, uses dst) in the kernel
 USES = {"s": (True, False), "r": (False, True), "rcs": (False, True), "rrs": (True, False), "rrc": (True, True),
         "rrcs": (True, True), "cpy": (True, True), "re": (True, True), "ra": (True, True), "nop": (False, False)}
@@ -98,6 +99,10 @@ def static_problems(program: Program, runtime: str) -> tuple[list[Problem], list
         if len(gpu.tbs) > limits.tbs_per_gpu:
             err(Problem(f"{len(gpu.tbs)} thread blocks; {runtime} allows {limits.tbs_per_gpu} "
                         f"({len(gpu.tbs) - limits.tbs_per_gpu} too many)", rank=rank, line=gpu.line))
+        if PORTABLE_TBS < len(gpu.tbs) <= limits.tbs_per_gpu:
+            warnings.append(Problem(f"{len(gpu.tbs)} thread blocks: all run as one kernel and spin-wait on each "
+                                    f"other, so keep them below the GPU's SMs (portable: <= {PORTABLE_TBS})",
+                                    rank=rank, line=gpu.line))
         if len(gpu.tbs) > limits.children_per_element:
             err(Problem(f"{len(gpu.tbs)} children; the parser keeps {limits.children_per_element}", rank=rank,
                         line=gpu.line))
