@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -94,12 +95,13 @@ def run_job(tasks: list[dict], options: JobOptions, settings: dict | None = None
         argv = [*cmd, sys.executable, "-m", "mpi4py", "-m", RANK_MODULE, str(job_path)]
         token = str(job_path)
 
+        host = socket.gethostname()
         pids: dict[int, int] = {}            # rank -> pid, once its heartbeat names it
         deaths = launch.DeathWatch()          # which rank died first, while the job still ran
 
         def watch(seconds: float) -> None:
-            if len(pids) < options.np:
-                pids.update((r, b["pid"]) for r, b in read_heartbeats(workdir).items())
+            if len(pids) < options.np:  # ranks on this node only: a pid means nothing elsewhere
+                pids.update((r, b["pid"]) for r, b in read_heartbeats(workdir).items() if b["host"] == host)
                 for rank, pid in pids.items():
                     deaths.add(rank, pid)
             deaths.wait(seconds)
@@ -135,10 +137,10 @@ def explain(outcome: launch.Outcome, beats: dict[int, dict], timeout: float,
         b = beats[rank]
         who = f"rank {rank} (pid {b['pid']} on {b['host']})"
         state = (f"{b['doing']}, " if b.get("doing") else "") + f"in {b['phase']}"
-        if rank == first:
-            parts.append(f"{who} died first{f' ({how.group(1).strip()})' if how else ''} while {state}")
-        elif b.get("error"):
+        if b.get("error"):
             parts.append(f"{who} raised {b['error'].splitlines()[0][:200]} while {state}")
+        elif rank == first:
+            parts.append(f"{who} died first{f' ({how.group(1).strip()})' if how else ''} while {state}")
         elif outcome.timed_out and now - b["time"] > 1.0:
             parts.append(f"{who} silent for {now - b['time']:.1f} s (stopped or stuck), last {state}")
         else:
