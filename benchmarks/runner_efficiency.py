@@ -21,7 +21,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autotaccl.algorithm import Algorithm  # noqa: E402
 from autotaccl.baselines import baseline  # noqa: E402
 from autotaccl.hardware import profile_from_dict  # noqa: E402
 from autotaccl.sizes import format_size, parse_size_range  # noqa: E402

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from autotaccl.algorithm import Algorithm, Transfer, save_algorithm, verify
+from autotaccl.algorithm import Algorithm, Transfer, save_algorithm
 from autotaccl.baselines import applicable_baselines, baseline
 from autotaccl.collectives import NAMES, Collective
 from autotaccl.cli import main
