@@ -141,7 +141,7 @@ def explain(outcome: launch.Outcome, beats: dict[int, dict], timeout: float,
             parts.append(f"{who} raised {b['error'].splitlines()[0][:200]} while {state}")
         elif rank == first:
             parts.append(f"{who} died first{f' ({how.group(1).strip()})' if how else ''} while {state}")
-        elif outcome.timed_out and now - b["time"] > 1.0:
+        elif outcome.timed_out and now - b["time"] > 2.0:  # heartbeats come every 0.2 s
             parts.append(f"{who} silent for {now - b['time']:.1f} s (stopped or stuck), last {state}")
         else:
             parts.append(f"{who} {state}")
