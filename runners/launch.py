@@ -120,8 +120,6 @@ def terminate(proc: subprocess.Popen, extra: Iterable[int] = (), grace: float = 
         for pid in pids:
             try:
                 os.kill(pid, sig)
-                if sig == signal.SIGKILL:
-                    os.kill(pid, signal.SIGCONT)
             except (ProcessLookupError, PermissionError):
                 pass
         deadline = time.monotonic() + grace
