@@ -85,6 +85,7 @@ class _Planner:
         self.lt = lt
         self.batching = batching
         self.one_entry = True
+        self._to: dict[int, dict[int, float]] = {}
         g = lt.graph
         self.gpn = g.graph["gpus_per_node"]
         self.piece = lt.chunk_bytes / rounds(lt.chunk_bytes) if lt.chunk_bytes > 0 else 0.0
@@ -111,6 +112,26 @@ class _Planner:
             return True
         senders = self.lt.senders.get(chunk)
         return senders is None or u in senders
+
+    def to(self, dst: int) -> dict[int, float]:
+        """Uncontended time from every rank to ``dst`` (cached): the A* heuristic of path searches."""
+        if dst not in self._to:
+            into: dict[int, list[int]] = {}
+            for u, v in self.arcs:
+                into.setdefault(v, []).append(u)
+            dist = {dst: 0.0}
+            heap = [(0.0, dst)]
+            while heap:
+                d, v = heapq.heappop(heap)
+                if d > dist[v]:
+                    continue
+                for u in into.get(v, ()):
+                    nd = d + self.alpha[u, v] + self.beta[u, v]
+                    if nd < dist.get(u, float("inf")):
+                        dist[u] = nd
+                        heapq.heappush(heap, (nd, u))
+            self._to[dst] = dist
+        return self._to[dst]
 
     def reentry(self, u: int, v: int, reached) -> bool:
         """Would (u, v) carry a chunk into a node it has already entered? A tree crosses into each node once."""
@@ -204,16 +225,18 @@ class _Planner:
             arrival = {src: 0.0}
             parent: dict[int, tuple[int, tuple]] = {}
             done: set[int] = set()
-            heap = [(0.0, src)]
+            h = self.to(dst)                     # A*: uncontended time still to go, never more than the truth
+            heap = [(h.get(src, 0.0), src)]
             while heap:
-                t, u = heapq.heappop(heap)
+                _, u = heapq.heappop(heap)
                 if u in done:
                     continue
                 done.add(u)
                 if u == dst:
                     break
+                t = arrival[u]
                 for v in self.out[u]:
-                    if v in done or (scope is not None and v // self.gpn not in scope):
+                    if v in done or v not in h or (scope is not None and v // self.gpn not in scope):
                         continue
                     if not self.allowed(chunk, node, u, v):
                         continue
@@ -221,7 +244,7 @@ class _Planner:
                     if opt[0] < arrival.get(v, float("inf")) - EPS:
                         arrival[v] = opt[0]
                         parent[v] = (u, opt)
-                        heapq.heappush(heap, (opt[0], v))
+                        heapq.heappush(heap, (opt[0] + h[v], v))
             if dst in done:
                 break
         else:
@@ -295,23 +318,25 @@ class _Loads:
         """The path whose hops' loaded weights sum least."""
         p = self.p
         node = src // p.gpn
+        h = p.to(dst)      # A*: every weight is at least the uncontended time
         dist, parent = {src: 0.0}, {}
-        heap = [(0.0, src)]
+        heap = [(h.get(src, 0.0), src)]
         done: set[int] = set()
         while heap:
-            d, u = heapq.heappop(heap)
+            _, u = heapq.heappop(heap)
             if u in done:
                 continue
             done.add(u)
             if u == dst:
                 break
+            d = dist[u]
             for v in p.out[u]:
-                if v in done or not p.allowed(chunk, node, u, v):
+                if v in done or v not in h or not p.allowed(chunk, node, u, v):
                     continue
                 nd = d + self.weight(u, v)
                 if nd < dist.get(v, float("inf")) - EPS:
                     dist[v], parent[v] = nd, u
-                    heapq.heappush(heap, (nd, v))
+                    heapq.heappush(heap, (nd + h[v], v))
         if dst not in done:
             raise InfeasibleError(f"no route from GPU {src} to GPU {dst} (node {dst // p.gpn}) under this sketch")
         hops = []
@@ -556,6 +581,8 @@ def assign_steps(transfers: list[Transfer]) -> tuple[Transfer, ...]:
     return tuple(out)
 
 
+BIG = 250_000   # (chunks x links) beyond which greedy() tries fewer variants
+
 STRATEGIES = ("earliest", "balanced", "doubling", "relay")
 
 
@@ -593,8 +620,12 @@ def greedy(lt: LogicalTopology, size: int, batching: bool = True) -> Algorithm:
     from ..simulate import simulate
 
     best: tuple[float, Algorithm] | None = None
+    big = lt.collective.num_chunks * len(lt.edges) > BIG
     for strategy in STRATEGIES:
-        for batch in ((True, False) if batching and strategy in ("earliest", "balanced") else (batching,)):
+        if big and strategy == "earliest" and lt.collective.name == "alltoall":
+            continue    # its time-aware path searches cost minutes here; balanced routes are as good on A2A
+        variants = (True, False) if batching and strategy in ("earliest", "balanced") and not big else (batching,)
+        for batch in variants:
             try:
                 algorithm = greedy_schedule(lt, batch, strategy)
             except NotApplicable as why:
