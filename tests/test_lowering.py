@@ -248,3 +248,17 @@ def test_cli_lower_import_round_trip(tmp_path, capsys):
     assert main(["lower", str(src), "-o", str(bad), "--instances", "40"]) == 2
     assert not bad.exists() and len(capsys.readouterr().err.strip().splitlines()) == 1
     assert list(tmp_path.glob(".*.tmp")) == []
+
+
+def test_many_peers_spread_over_channels_and_dependency_targets_keep_low_ids():
+    R = 66      # 65 peers each way: 131 thread blocks per rank, more than 32 per channel and direction
+    a = algo("a2a66", "alltoall", R, [((s * R + d,), s, d, 0) for s in range(R) for d in range(R) if s != d])
+    prog = parse_xml(lower(a))          # both modes: every receive waits for the send of the cell it overwrites
+    assert int(prog.header["nchannels"]) == 3
+    gpu = prog.gpus[0]
+    assert len(gpu.tbs) == 131
+    targets = {s.depid for tb in gpu.tbs for s in tb.steps if s.depid >= 0}
+    assert len(targets) == 65 and max(targets) <= 127
+    for chan in range(3):
+        assert sum(tb.chan == chan and tb.send >= 0 for tb in gpu.tbs) <= 32
+        assert sum(tb.chan == chan and tb.recv >= 0 for tb in gpu.tbs) <= 32

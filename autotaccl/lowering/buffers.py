@@ -161,10 +161,12 @@ def layout(algorithm: Algorithm, plan: Plan, uses: Uses, inplace: bool) -> Layou
         seq += 1
         for c in tr.chunks:
             place(tr.dst, c, write[c] if write is not None else None)
-    for r in range(R):
-        for c in range(coll.num_chunks):
-            if coll.output_index(r, c) is None:
-                continue
+    outputs = defaultdict(list)
+    for c in range(coll.num_chunks):
+        for r in coll.postcondition(c):
+            outputs[r].append(c)
+    for r in sorted(outputs):
+        for c in outputs[r]:
             loc = cur.get((r, c))
             if loc is None:
                 raise LayoutError(f"rank {r} ends without chunk {c}")

@@ -10,6 +10,7 @@ from collections import defaultdict
 
 from ..algorithm import Algorithm, VerificationError, verify
 from .buffers import layout
+from .channels import spread_channels
 from .options import LoweringError, LoweringOptions
 from .program import COLL_NAMES, LEGACY_NO_LIMIT, LIMITS, Gpu, Program, Step, ThreadBlock
 from .replicate import replicate
@@ -42,6 +43,7 @@ def lower_program(algorithm: Algorithm, options: LoweringOptions | None = None) 
                             f"{links} link(s) x {opts.instances} instance(s) = {links * opts.instances}, "
                             f"{links * opts.instances - limits.channels} too many")
     expanded, channels = replicate(algorithm, opts.instances)
+    channels = spread_channels(expanded, channels, limits.tbs_per_channel_direction, limits.channels, source)
     coll = expanded.collective
     uses = Uses.of(expanded)
     forbid: frozenset | None = frozenset()

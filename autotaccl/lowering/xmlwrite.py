@@ -13,8 +13,10 @@ from .program import Program, Step, ThreadBlock
 def _attrs(pairs) -> str:
     out = []
     for key, value in pairs:
-        text = str(int(value)) if isinstance(value, (bool, int)) else str(value)
-        out.append(f"{key}={_quote(text)}")
+        if isinstance(value, (bool, int)):
+            out.append(f'{key}="{int(value)}"')
+        else:
+            out.append(f"{key}={_quote(str(value))}")
     return " ".join(out)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..lowering.program import COLL_ACCEPTED, HEADER_REQUIRED, RUNTIMES, Program
 from .parse import read_xml
-from .replay import Replay
+from .replay import MAX_RACE_TBS, Replay
 from .report import CheckReport, Problem
 from .static import collective_of, static_problems
 
@@ -65,6 +65,9 @@ def check_program(program: Program, source: str = "<program>", runtime: str = "a
         errors.append(Problem("the header enables neither in-place nor out-of-place calls", line=program.line))
     if errors:
         return CheckReport(errors=tuple(errors), warnings=tuple(warnings), stats=stats, **report)
+    if stats["tbs"] > MAX_RACE_TBS:
+        warnings.append(Problem(f"{stats['tbs']} thread blocks: race detection skipped (above {MAX_RACE_TBS}); "
+                                f"values are checked over {seeds + 1} interleavings"))
     for m in modes:
         replay = Replay(program, coll, m)
         problem = replay.run(None)

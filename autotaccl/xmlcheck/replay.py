@@ -15,11 +15,16 @@ import random
 from collections import deque
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..lowering.program import Program, inplace_cell
 from .report import Problem
 from .static import buffer_sizes
 
 FIFO_CAP = 2
+MAX_RACE_TBS = 2048      # vector clocks are T x T: above this many thread blocks only values are checked
+_RECV = frozenset(("r", "rcs", "rrs", "rrc", "rrcs"))
+_SEND = frozenset(("s", "rcs", "rrs", "rrcs"))
 _BUF = {"i": 0, "o": 1, "s": 2}
 _NAMES = "ios"
 
@@ -127,21 +132,24 @@ class Replay:
 
     # ------------------------------------------------------------------ execution
     def run(self, seed: int | None, races: bool = True, on_message=None, rounds: bool = False) -> Problem | None:
-        """Replay one interleaving and return the first problem. ``seed`` None: always the first runnable
-        thread block; ``rounds``: synchronous rounds (every thread block ready at the start of a round
-        runs one operation). ``on_message(src, dst, channel, values, round)`` sees every send."""
+        """Replay one interleaving and return the first problem. ``seed`` None: a fixed order;
+        ``rounds``: synchronous rounds (every thread block ready at the start of a round runs one
+        operation). ``races``: also look for unordered conflicting accesses (vector clocks, skipped above
+        ``MAX_RACE_TBS`` thread blocks). ``on_message(src, dst, channel, values, round)`` sees every send."""
         rng = random.Random(seed)
         T = len(self.tbs)
+        races = races and T <= MAX_RACE_TBS
         mem = self.initial()
         writer: dict = {}
         pc = [0] * T
         flag = [-1] * T
         pubs: list[list[int]] = [[] for _ in range(T)]
-        pub_vc: list[list[list[int]]] = [[] for _ in range(T)]
-        vc = [[0] * T for _ in range(T)]
+        pub_vc: list[list] = [[] for _ in range(T)]
+        vc = np.zeros((T, T), dtype=np.int32) if races else None
         fifo: dict[tuple[int, int, int], deque] = {}
         last_write: dict = {}
         reads: dict = {}
+        waiting: dict[int, set[int]] = {}     # tb -> thread blocks of its rank waiting for its flag
         mode = self.mode
 
         def where(g: int, op: Op) -> dict:
@@ -154,12 +162,13 @@ class Replay:
             for depid, deps in op.deps:
                 h = self.gid[(r, depid)]
                 if flag[h] < deps:
+                    waiting.setdefault(h, set()).add(g)
                     return f"waits for tb {depid} to publish step {deps} (it published {flag[h]})"
-            if op.kind in ("r", "rcs", "rrs", "rrc", "rrcs"):
+            if op.kind in _RECV:
                 q = fifo.get((tb.recv, r, tb.chan))
                 if not q:
                     return f"waits for a message from rank {tb.recv} on channel {tb.chan}"
-            if op.kind in ("s", "rcs", "rrs", "rrcs"):
+            if op.kind in _SEND:
                 q = fifo.get((r, tb.send, tb.chan))
                 if q is not None and len(q) >= FIFO_CAP:
                     return f"cannot send to rank {tb.send} on channel {tb.chan}: {len(q)} messages not received"
@@ -177,37 +186,49 @@ class Replay:
                     for h, (c, s, line) in reads.get(cell, {}).items():
                         if h != g and clock[h] < c:
                             return self._race(cell, (h, c, s, line), g, op, True, mode, other_reads=True)
+            mine = int(clock[g])
             for cell in cells:
                 if write:
-                    last_write[cell] = (g, clock[g], op.s, op.line)
+                    last_write[cell] = (g, mine, op.s, op.line)
                     reads.pop(cell, None)
                 else:
-                    reads.setdefault(cell, {})[g] = (clock[g], op.s, op.line)
+                    reads.setdefault(cell, {})[g] = (mine, op.s, op.line)
             return None
 
         round_no = 0
+        ready: list[int] = []
+        slot: dict[int, int] = {}
+
+        def mark(h: int) -> None:
+            runnable = pc[h] < len(self.ops[h]) and blocked(h) is None
+            if runnable and h not in slot:
+                slot[h] = len(ready)
+                ready.append(h)
+            elif not runnable and h in slot:
+                k = slot.pop(h)
+                last = ready.pop()
+                if last != h:
+                    ready[k] = last
+                    slot[last] = k
 
         def execute(g: int) -> Problem | None:
             r, tb = self.tbs[g]
             op = self.ops[g][pc[g]]
-            mine = vc[g]
-            for depid, deps in op.deps:
-                h = self.gid[(r, depid)]
-                k = bisect.bisect_left(pubs[h], deps)
-                other = pub_vc[h][k]
-                for i in range(T):
-                    if other[i] > mine[i]:
-                        mine[i] = other[i]
+            if races:
+                mine = vc[g]
+                for depid, deps in op.deps:
+                    h = self.gid[(r, depid)]
+                    np.maximum(mine, pub_vc[h][bisect.bisect_left(pubs[h], deps)], out=mine)
             incoming = None
-            if op.kind in ("r", "rcs", "rrs", "rrc", "rrcs"):
+            if op.kind in _RECV:
                 incoming, cnt, sent_vc, sender = fifo[(tb.recv, r, tb.chan)].popleft()
                 if cnt != op.cnt:
                     return Problem(f"receives cnt={op.cnt} but rank {tb.recv} tb {sender[0]} step {sender[1]} "
                                    f"sent cnt={cnt}", **where(g, op))
-                for i in range(T):
-                    if sent_vc[i] > mine[i]:
-                        mine[i] = sent_vc[i]
-            mine[g] += 1
+                if races:
+                    np.maximum(mine, sent_vc, out=mine)
+            if races:
+                mine[g] += 1
             cnt = op.cnt
             src = [self.canon(r, op.srcbuf, off + j) for off in op.srcoffs for j in range(cnt)]
             dst = [self.canon(r, op.dstbuf, op.dstoff + j) for j in range(cnt)]
@@ -248,29 +269,25 @@ class Replay:
                 touched.append(senders.get((tb.recv, r, tb.chan), g))
             if out is not None:
                 key = (r, tb.send, tb.chan)
-                fifo.setdefault(key, deque()).append((out, cnt, list(mine), (tb.id, op.s)))
+                fifo.setdefault(key, deque()).append((out, cnt, mine.copy() if races else None, (tb.id, op.s)))
                 touched.append(receivers.get(key, g))
                 if on_message is not None:
                     on_message(r, tb.send, tb.chan, out, round_no)
             if op.hasdep:
                 flag[g] = op.pub
                 pubs[g].append(op.pub)
-                pub_vc[g].append(list(mine))
-                touched.extend(same_rank[r])
+                if races:
+                    pub_vc[g].append(mine.copy())
+                touched.extend(waiting.pop(g, ()))
             pc[g] += 1
             for h in touched:       # only these can have become runnable or blocked
-                if pc[h] < len(self.ops[h]) and blocked(h) is None:
-                    ready.add(h)
-                else:
-                    ready.discard(h)
+                mark(h)
             return None
 
         senders = {(r, tb.send, tb.chan): g for g, (r, tb) in enumerate(self.tbs) if tb.send >= 0}
         receivers = {(tb.recv, r, tb.chan): g for g, (r, tb) in enumerate(self.tbs) if tb.recv >= 0}
-        same_rank: dict[int, list[int]] = {}
-        for g, (r, _) in enumerate(self.tbs):
-            same_rank.setdefault(r, []).append(g)
-        ready = {g for g in range(T) if self.ops[g] and blocked(g) is None}
+        for g in range(T):
+            mark(g)
         while True:
             if not ready:
                 stuck = [g for g in range(T) if pc[g] < len(self.ops[g])]
@@ -282,13 +299,13 @@ class Replay:
                 return Problem(f"deadlock: {blocked(g)} ({len(stuck)} thread blocks stuck)", **where(g, op))
             if rounds:      # every thread block ready at the start of a round runs one operation
                 for g in sorted(ready):
-                    if g in ready:
+                    if g in slot:
                         problem = execute(g)
                         if problem is not None:
                             return problem
                 round_no += 1
                 continue
-            problem = execute(min(ready) if seed is None else rng.choice(sorted(ready)))
+            problem = execute(ready[0] if seed is None else ready[rng.randrange(len(ready))])
             if problem is not None:
                 return problem
         for (src_rank, dst_rank, chan), q in sorted(fifo.items()):
