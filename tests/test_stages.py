@@ -251,3 +251,33 @@ def test_allreduce_is_reduce_scatter_then_allgather(topo, nodes):
 def test_combine_rejects_non_reductions(topo):
     with pytest.raises(ValueError, match="reducescatter or allreduce"):
         combine_stage(direct_lt(topo("ring"), "allgather"), None, HIGHS)
+
+
+# --------------------------------------------------------------------------- a DGX-2-like sketch end to end
+
+SW4_SKETCH = {"nnodes": 2,
+              "intranode_sketch": {"strategy": "switch", "switches": [[0, 1, 2, 3]],
+                                   "switch_hyperedge_strategy": ["uc-min"]},
+              "internode_sketch": {"strategy": "relay", "internode_conn": {"1": [0], "3": [2]},
+                                   "gpus_to_sender_rev_map": {"1": [0, 1], "3": [2, 3]}, "enforce_ordering": True},
+              "symmetry_offsets": [[2, 4], [4, 8]], "hyperparameters": {"input_chunkup": 2}}
+
+
+@pytest.mark.parametrize("name", ["allgather", "allreduce"])
+def test_switch_sketch_with_sender_map_two_nodes(topo, name):
+    from autotaccl.sketch import sketch_from_dict
+
+    g = topo(SWITCH4, 2)
+    sketch = sketch_from_dict(SW4_SKETCH)
+    lt = logical_topology(g, name, sketch, 16 * MiB)
+    if name == "allgather":
+        assert len(symmetry_permutations(lt)) == 2
+        routed, _, done = run_stages(lt)
+        for c, u, v in routed.sends:                  # chunks leave their node only through their sender
+            if u // 4 != v // 4 and u // 4 == (c // 2) // 4:
+                assert u in lt.senders[c]
+        algorithm = done.algorithm
+    else:
+        algorithm, _ = combine_stage(lt, sketch, HIGHS)
+    verify(algorithm, g)
+    assert all((t.src, t.dst) in lt.edges for t in algorithm.transfers)
