@@ -262,3 +262,16 @@ def test_many_peers_spread_over_channels_and_dependency_targets_keep_low_ids():
     for chan in range(3):
         assert sum(tb.chan == chan and tb.send >= 0 for tb in gpu.tbs) <= 32
         assert sum(tb.chan == chan and tb.recv >= 0 for tb in gpu.tbs) <= 32
+
+
+@pytest.mark.parametrize("coll", ["allgather", "reducescatter", "allreduce", "alltoall"])
+def test_greedy_synthesized_algorithms_lower_check_and_round_trip(tmp_path, coll):
+    from autotaccl.synth import SynthOptions, synthesize
+    graph = GRAPHS["ndv2x2"]
+    a = synthesize(graph, coll, None, SynthOptions(engine="greedy")).algorithm
+    assert check_xml(lower(a, LoweringOptions(instances=2, proto="LL128")), mode="both", seeds=1).valid
+    path = tmp_path / "s.xml"
+    path.write_text(lower(a))
+    back = import_xml(path, seeds=1)
+    verify(back, graph)
+    assert simulate(back, graph, 1 << 24).time_us == pytest.approx(simulate(a, graph, 1 << 24).time_us, rel=1e-12)
