@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..algorithm import Algorithm
 from .program import inplace_cell
-from .threadblocks import Plan, Uses, event_order
+from .threadblocks import Plan, event_order
 
 Loc = tuple[str, int]
 
@@ -76,7 +76,7 @@ def plan_scratch(algorithm: Algorithm, plan: Plan) -> dict[tuple[int, int], int]
     return slot
 
 
-def layout(algorithm: Algorithm, plan: Plan, uses: Uses, inplace: bool) -> Layout:
+def layout(algorithm: Algorithm, plan: Plan, inplace: bool) -> Layout:
     coll = algorithm.collective
     R = coll.ranks
     slots = plan_scratch(algorithm, plan)

@@ -49,7 +49,7 @@ def lower_program(algorithm: Algorithm, options: LoweringOptions | None = None) 
     forbid: frozenset | None = frozenset()
     for attempt in range(MAX_ATTEMPTS + 1):
         plan = plan_threadblocks(expanded, channels, uses, forbid)
-        lay = layout(expanded, plan, uses, opts.inplace)
+        lay = layout(expanded, plan, opts.inplace)
         steps = build_steps(expanded, plan, lay, limits.max_cnt)
         add_dependencies(steps, coll.name, coll.chunkup, opts.inplace, opts.outofplace)
         gpus = _number(steps, coll, lay.scratch, source, limits)

@@ -38,9 +38,6 @@ class Uses:
         k = bisect.bisect_right(ev, (after, "~"))
         return ev[k] if k < len(ev) else None
 
-    def used_after(self, rank: int, chunk: int, after: int) -> bool:
-        return self.next(rank, chunk, after) is not None
-
 
 def event_times(algorithm: Algorithm) -> tuple[tuple[int, int], ...]:
     """Per transfer, (step, level): its send runs at (step, level, 0, t), its receive at (step, level, 1, t).

@@ -45,7 +45,6 @@ def static_problems(program: Program, runtime: str) -> tuple[list[Problem], list
         err(Problem(f"proto={header.get('proto')!r}: expected one of {', '.join(PROTOCOLS)}", line=program.line))
     coll = collective_of(program, runtime)
     if program.coll not in COLL_ACCEPTED[runtime]:
-        other = [n for n, names in COLL_NAMES.items() if program.coll in names.values() and n != runtime]
         hint = ""
         for ours, name in COLL_NAMES["msccl"].items():
             if name == program.coll:
