@@ -281,3 +281,23 @@ def test_switch_sketch_with_sender_map_two_nodes(topo, name):
         algorithm, _ = combine_stage(lt, sketch, HIGHS)
     verify(algorithm, g)
     assert all((t.src, t.dst) in lt.edges for t in algorithm.transfers)
+
+
+def test_combine_keeps_the_sender_map(topo):
+    from autotaccl.sketch import sketch_from_dict
+
+    g = topo(SWITCH4, 2)
+    sketch = sketch_from_dict(SW4_SKETCH)
+    lt = logical_topology(g, "allreduce", sketch, 16 * MiB)
+    algorithm, _ = combine_stage(lt, sketch, HIGHS)
+    checked = 0
+    for t in algorithm.transfers:
+        for c in t.chunks:
+            owner = c // 2
+            if t.src // 4 != t.dst // 4 and owner // 4 in (t.src // 4, t.dst // 4):
+                checked += 1
+                if t.op == "copy":  # AllGather half: out through the owner's sender (odd GPU of its pair)
+                    assert t.src == owner | 1
+                else:               # reversed: contributions enter where that sender's link lands (even GPU)
+                    assert t.dst == owner & ~1
+    assert checked == 2 * 16      # each chunk crosses once per half (two nodes)

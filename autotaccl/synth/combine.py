@@ -25,17 +25,25 @@ from .scheduling import ScheduleOptions, Schedule, schedule
 log = logging.getLogger(__name__)
 
 
-def allgather_view(lt: LogicalTopology, reverse: bool) -> LogicalTopology:
+def allgather_view(lt: LogicalTopology, reverse: bool, senders=None) -> LogicalTopology:
     """The AllGather whose (reversed) schedule serves ``lt``'s reduction collective.
 
-    ``reverse=True``: on the reversed graph with reversed links, for the ReduceScatter half; the
-    sender map and own-first ordering are properties of forward sends and are not carried over.
+    ``senders``: the AllGather's sender map (chunk -> ranks that may carry it off its node), if any.
+    ``reverse=True``: on the reversed graph with reversed links, for the ReduceScatter half. There a
+    chunk leaves its node through the ranks that *receive* from its senders' network links (reversed,
+    those links point out of the node); own-first ordering is a property of forward sends and is dropped.
     """
     coll = Collective("allgather", lt.collective.ranks, lt.collective.chunkup)
+    senders = dict(senders or {})
     if not reverse:
-        return replace(lt, collective=coll)
+        return replace(lt, collective=coll, senders=senders)
+    gpn = lt.graph.graph["gpus_per_node"]
+    back = {}
+    for c, ranks in senders.items():
+        base = (c // coll.chunkup) // gpn * gpn
+        back[c] = frozenset(base + v % gpn for u, v in lt.edges if u in ranks and u // gpn != v // gpn)
     return replace(lt, graph=lt.graph.reverse(copy=True), collective=coll,
-                   edges=frozenset((v, u) for u, v in lt.edges), senders={}, enforce_ordering=False)
+                   edges=frozenset((v, u) for u, v in lt.edges), senders=back, enforce_ordering=False)
 
 
 def reverse_allgather(lt_rev: LogicalTopology, allgather: Algorithm, collective: Collective) -> Algorithm:
@@ -78,19 +86,19 @@ def _stages(lt: LogicalTopology, solver: SolverOptions, heuristic, prefix: str, 
 
 
 def reduce_scatter(lt: LogicalTopology, solver: SolverOptions = SolverOptions(), heuristic="auto",
-                   contiguity: bool = True, window: int = 6) -> tuple[Algorithm, dict[str, StageReport]]:
+                   contiguity: bool = True, window: int = 6, senders=None) -> tuple[Algorithm, dict[str, StageReport]]:
     """ReduceScatter for ``lt`` (any reduction collective's graph and links): reversed AllGather."""
-    lt_rev = allgather_view(lt, reverse=True)
+    lt_rev = allgather_view(lt, reverse=True, senders=senders)
     done, stages = _stages(lt_rev, solver, heuristic, "rs-", contiguity, window, reverse=True)
     coll = Collective("reducescatter", lt.collective.ranks, lt.collective.chunkup)
     return reverse_allgather(lt_rev, done.algorithm, coll), stages
 
 
 def all_reduce(lt: LogicalTopology, solver: SolverOptions = SolverOptions(), heuristic="auto",
-               contiguity: bool = True, window: int = 6) -> tuple[Algorithm, dict[str, StageReport]]:
+               contiguity: bool = True, window: int = 6, senders=None) -> tuple[Algorithm, dict[str, StageReport]]:
     """AllReduce = ReduceScatter, then an AllGather synthesised on the forward links."""
-    rs, stages = reduce_scatter(lt, solver, heuristic, contiguity, window)
-    done, ag_stages = _stages(allgather_view(lt, reverse=False), solver,
+    rs, stages = reduce_scatter(lt, solver, heuristic, contiguity, window, senders)
+    done, ag_stages = _stages(allgather_view(lt, reverse=False, senders=senders), solver,
                               "auto" if heuristic in (12, 18, "combine-sum", "combine-branch") else heuristic,
                               "ag-", contiguity, window, reverse=False)
     coll = Collective("allreduce", lt.collective.ranks, lt.collective.chunkup)
@@ -98,17 +106,31 @@ def all_reduce(lt: LogicalTopology, solver: SolverOptions = SolverOptions(), heu
 
 
 def combine_stage(lt: LogicalTopology, sketch, solver: SolverOptions) -> tuple[Algorithm, dict[str, StageReport]]:
-    """The pipeline's entry for reduction collectives: ``lt.collective`` is reducescatter or allreduce."""
+    """The pipeline's entry for reduction collectives: ``lt.collective`` is reducescatter or allreduce.
+
+    With a sketch, its sender map (which the reduction's logical topology leaves out) is taken from the
+    AllGather the sketch defines on the same graph and buffer size.
+    """
     heuristic = getattr(sketch, "ordering", "auto") if sketch is not None else "auto"
     contiguity = getattr(sketch, "contiguity", True) if sketch is not None else True
     window = getattr(sketch, "batch_window", 6) if sketch is not None else 6
+    senders = _allgather_senders(lt, sketch) if sketch is not None else {}
     name = lt.collective.name
     if name == "reducescatter":
-        algorithm, stages = reduce_scatter(lt, solver, heuristic, contiguity, window)
+        algorithm, stages = reduce_scatter(lt, solver, heuristic, contiguity, window, senders)
     elif name == "allreduce":
-        algorithm, stages = all_reduce(lt, solver, heuristic, contiguity, window)
+        algorithm, stages = all_reduce(lt, solver, heuristic, contiguity, window, senders)
     else:
         raise ValueError(f"combine builds reducescatter or allreduce, not {name}")
     algorithm = replace(algorithm, collective=lt.collective)
     verify(algorithm, lt.graph)
     return algorithm, stages
+
+
+def _allgather_senders(lt: LogicalTopology, sketch) -> dict:
+    from ..sketch import logical_topology      # not at import time: the sketch module imports this package
+
+    coll = lt.collective
+    ag = logical_topology(lt.graph, Collective("allgather", coll.ranks), sketch,
+                          lt.chunk_bytes * coll.ranks * coll.chunkup)
+    return dict(ag.senders)
