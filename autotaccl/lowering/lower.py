@@ -19,6 +19,7 @@ from .threadblocks import TbKey, Uses, plan_threadblocks
 from .xmlwrite import write_xml
 
 log = logging.getLogger(__name__)
+NAME_CHARS = 63     # the legacy runtime keeps 63 characters of the name
 MAX_ATTEMPTS = 8    # re-plans that split deadlocked send/receive thread blocks before splitting all
 
 
@@ -67,6 +68,10 @@ def lower_program(algorithm: Algorithm, options: LoweringOptions | None = None) 
         log.info("%s: %s; splitting %d send/receive thread blocks", source, problem, len(split))
     program = Program(_header(algorithm, coll, gpus, opts), gpus)
     _check_limits(program, source, opts.runtime)
+    if opts.runtime == "msccl" and opts.max_bytes is None and any(g.s_chunks for g in gpus):
+        log.warning("%s: the msccl runtime allocates scratch for maxBytes=%d (no --max-bytes given): "
+                    "%d bytes per scratch chunk-slot set", source, LEGACY_NO_LIMIT,
+                    LEGACY_NO_LIMIT * max(g.s_chunks for g in gpus) // int(program.header["nchunksperloop"]))
     log.info("lowered %s: %d ranks, %d channels, %d thread blocks, %d steps", source, coll.ranks,
              int(program.header["nchannels"]), sum(len(g.tbs) for g in gpus),
              sum(len(tb.steps) for g in gpus for tb in g.tbs))
@@ -88,7 +93,7 @@ def _header(algorithm: Algorithm, coll, gpus, opts: LoweringOptions) -> dict[str
     max_bytes = opts.max_bytes
     if opts.runtime == "msccl":   # exclusive bound; 0 would mean "never"
         max_bytes = LEGACY_NO_LIMIT if max_bytes is None else max_bytes + 1
-    return {"name": algorithm.name or "autotaccl", "proto": opts.proto, "nchannels": str(nchannels),
+    return {"name": (algorithm.name or "autotaccl")[:NAME_CHARS], "proto": opts.proto, "nchannels": str(nchannels),
             "nchunksperloop": str(nchunks), "ngpus": str(coll.ranks), "coll": COLL_NAMES[opts.runtime][coll.name],
             "inplace": str(int(opts.inplace)), "outofplace": str(int(opts.outofplace)),
             "minBytes": str(opts.min_bytes), "maxBytes": str(max_bytes or 0)}
