@@ -4,9 +4,16 @@ Needs Debian's ``chromium`` package (``apt-get install -y chromium``); .ci/run i
 """
 from __future__ import annotations
 
+import os
+import re
 import shutil
+import signal
+import socket
 import subprocess
+import sys
 
+import mlflow
+import pytest
 import yaml
 
 from autotaccl.cli import main
@@ -30,6 +37,17 @@ window.addEventListener("load", () => {
 </script></body>"""
 
 
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("browser")
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump(SPACE, sort_keys=False))
+    out = tmp_path / "runs"
+    fresh_store(out)
+    tune(TuneRequest(space=str(space), trials=3, out=str(out), sampler="bruteforce", seed=0, progress=False))
+    return out
+
+
 def dump_dom(url: str) -> str:
     result = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files",
                              "--virtual-time-budget=5000", "--dump-dom", url],
@@ -38,12 +56,8 @@ def dump_dom(url: str) -> str:
     return result.stdout
 
 
-def test_report_renders_in_headless_chromium(tmp_path):
-    space = tmp_path / "space.yaml"
-    space.write_text(yaml.safe_dump(SPACE, sort_keys=False))
-    out = tmp_path / "runs"
-    fresh_store(out)
-    tune(TuneRequest(space=str(space), trials=3, out=str(out), sampler="bruteforce", seed=0, progress=False))
+def test_report_renders_in_headless_chromium(swept, tmp_path):
+    out = swept
     target = tmp_path / "report"
     assert main(["report", "--tracking-uri", f"sqlite:///{out / 'mlflow.db'}", "-o", str(target)]) == 0
     probe = target / "probe.html"           # the page plus a script that records what the browser decoded
@@ -53,3 +67,33 @@ def test_report_renders_in_headless_chromium(tmp_path):
     assert 'data-decoded="3"' in dom, "every PNG plot must decode in the browser"
     assert 'data-rows="3"' in dom           # header + 2 sizes
     assert "ndv2x2-allgather" in dom and "busbw vs size" in dom
+
+
+def test_mlflow_ui_shows_the_sweep_and_a_trial_in_headless_chromium(swept):
+    out = swept
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ui = subprocess.Popen([sys.executable, "-m", "autotaccl.cli", "ui", "--out", str(out), "--port", str(port)],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        lines = []
+        for line in ui.stdout:                   # the command prints the runs URL once the server is healthy
+            lines.append(line)
+            if "#/experiments/" in line:
+                break
+        runs_url = re.search(r"http://127\.0\.0\.1:\d+/#/experiments/\d+/runs", "".join(lines))
+        assert runs_url, lines
+        dom = dump_dom(runs_url.group(0))
+        assert "sweep-ndv2x2-allgather" in dom
+        mlflow.set_tracking_uri(f"sqlite:///{out / 'mlflow.db'}")
+        trial = mlflow.search_runs(experiment_names=["ndv2x2-allgather"],
+                                   filter_string="tags.mlflow.runName = 'trial-1'").run_id.iloc[0]
+        dom = dump_dom(f"{runs_url.group(0)}/{trial}")
+        assert "busbw_GBps.1048576" in dom and "trial-1" in dom
+    finally:
+        ui.send_signal(signal.SIGTERM)          # the command stops its server's process group
+        try:
+            ui.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(ui.pid, signal.SIGKILL)

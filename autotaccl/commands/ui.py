@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -55,8 +56,10 @@ def run(args) -> int:
     client = tracking.MlflowClient(tracking_uri=uri)
     experiments = [e for e in client.search_experiments(max_results=10_000) if "autotaccl.target" in e.tags]
     cmd, env = server_command(uri, args.port)
-    proc = subprocess.Popen(cmd, env=env)
+    # its own process group: mlflow server runs uvicorn as a child, and both must go when we do
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
     base = f"http://127.0.0.1:{args.port}"
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         if not wait_ready(base, proc, args.startup_timeout):
             print(f"autotaccl: error: the MLflow server did not start on {base}", file=sys.stderr)
@@ -66,9 +69,23 @@ def run(args) -> int:
             print(f"  {e.name}: {tracking.runs_url(base, e.experiment_id)}", flush=True)
         return proc.wait()
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        signal.signal(signal.SIGTERM, previous)
+        stop_group(proc)
+
+
+def _terminate(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the server's process group, SIGKILL it if it lingers."""
+    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
