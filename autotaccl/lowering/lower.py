@@ -1,7 +1,9 @@
 """``lower(algorithm, options) -> str``: the IR as MSCCL XML for one runtime.
 
-Pipeline: verify -> replicate instances -> thread blocks and fusion -> buffer layout -> steps ->
-dependencies -> numbering (thread blocks, nops) -> runtime limits -> XML text.
+Pipeline: verify -> replicate instances -> channels -> thread blocks and fusion -> buffer layout ->
+steps -> dependencies -> numbering (thread blocks, nops) -> runtime limits -> one deterministic replay
+(values, races, deadlock; on a deadlock the stuck send/receive thread blocks are split and the
+plan redone) -> XML text.
 """
 from __future__ import annotations
 
@@ -54,9 +56,13 @@ def lower_program(algorithm: Algorithm, options: LoweringOptions | None = None) 
         steps = build_steps(expanded, plan, lay, limits.max_cnt)
         add_dependencies(steps, coll.name, coll.chunkup, opts.inplace, opts.outofplace)
         gpus = _number(steps, coll, lay.scratch, source, limits)
-        stuck, problem = _deadlock(Program(_header(algorithm, coll, gpus, opts), gpus), coll.name, opts)
+        program = Program(_header(algorithm, coll, gpus, opts), gpus)
+        _check_limits(program, source, opts.runtime)
+        stuck, problem = _replay(program, coll.name, opts)
         if problem is None:
             break
+        if not stuck:
+            raise LoweringError(source, "lowering", f"a program that replays correctly (a lowering bug): {problem}")
         if forbid is None:
             raise LoweringError(source, "schedule", f"a program that cannot deadlock; even without fused steps: "
                                 f"{problem}")
@@ -66,25 +72,28 @@ def lower_program(algorithm: Algorithm, options: LoweringOptions | None = None) 
                  if tb.send >= 0 and tb.recv >= 0}
         forbid = None if not split or attempt + 1 == MAX_ATTEMPTS else forbid | split
         log.info("%s: %s; splitting %d send/receive thread blocks", source, problem, len(split))
-    program = Program(_header(algorithm, coll, gpus, opts), gpus)
-    _check_limits(program, source, opts.runtime)
     if opts.runtime == "msccl" and opts.max_bytes is None and any(g.s_chunks for g in gpus):
-        log.warning("%s: the msccl runtime allocates scratch for maxBytes=%d (no --max-bytes given): "
-                    "%d bytes per scratch chunk-slot set", source, LEGACY_NO_LIMIT,
-                    LEGACY_NO_LIMIT * max(g.s_chunks for g in gpus) // int(program.header["nchunksperloop"]))
+        log.warning("%s: the msccl runtime allocates maxBytes * s_chunks / nchunksperloop = %d bytes of scratch "
+                    "at init (maxBytes=%d, no max_bytes given)", source,
+                    LEGACY_NO_LIMIT * max(g.s_chunks for g in gpus) // int(program.header["nchunksperloop"]),
+                    LEGACY_NO_LIMIT)
     log.info("lowered %s: %d ranks, %d channels, %d thread blocks, %d steps", source, coll.ranks,
              int(program.header["nchannels"]), sum(len(g.tbs) for g in gpus),
              sum(len(tb.steps) for g in gpus for tb in g.tbs))
     return program
 
 
-def _deadlock(program: Program, coll_name: str, opts: LoweringOptions):
-    """(stuck thread blocks, problem) of one deterministic replay; problem None if it completes."""
+def _replay(program: Program, coll_name: str, opts: LoweringOptions):
+    """(stuck thread blocks, first problem) of one deterministic replay (values and races) per enabled
+    buffer mode; (), None if the program is correct."""
     from ..xmlcheck.replay import Replay
-    mode = "outofplace" if opts.outofplace else "inplace"
-    replay = Replay(program, coll_name, mode)
-    problem = replay.run(None, races=False)
-    return replay.stuck, problem
+    for mode, on in (("outofplace", opts.outofplace), ("inplace", opts.inplace)):
+        if on:
+            replay = Replay(program, coll_name, mode)
+            problem = replay.run(None)
+            if problem is not None:
+                return replay.stuck, problem
+    return (), None
 
 
 def _header(algorithm: Algorithm, coll, gpus, opts: LoweringOptions) -> dict[str, str]:
