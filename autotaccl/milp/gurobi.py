@@ -15,7 +15,11 @@ log = logging.getLogger(__name__)
 LICENCE_LIMIT = 2000
 
 
-class LicenceLimitError(RuntimeError):
+class GurobiUnavailable(RuntimeError):
+    """gurobipy could not start or run (no licence, expired licence, ...)."""
+
+
+class LicenceLimitError(GurobiUnavailable):
     """Gurobi refused the model because of its licence's size limit."""
 
 
@@ -24,6 +28,15 @@ def solve_gurobi(model: Model, options: SolverOptions, message: str = "") -> Sol
     from gurobipy import GRB
 
     began = time.perf_counter()
+    try:
+        return _solve(gp, GRB, model, options, message, began)
+    except gp.GurobiError as err:
+        if err.errno == 10010:
+            raise LicenceLimitError(str(err)) from None
+        raise GurobiUnavailable(f"gurobi error {err.errno}: {err}") from None
+
+
+def _solve(gp, GRB, model: Model, options: SolverOptions, message: str, began: float) -> Solution:
     n = model.num_vars
     with gp.Env(empty=True) as env:
         env.setParam("OutputFlag", 0)
@@ -51,12 +64,7 @@ def solve_gurobi(model: Model, options: SolverOptions, message: str = "") -> Sol
                 for c, v in model.start.items():
                     start[c] = v
                 x.Start = start
-            try:
-                m.optimize()
-            except gp.GurobiError as err:
-                if err.errno == 10010:
-                    raise LicenceLimitError(str(err)) from None
-                raise
+            m.optimize()
             status = m.Status
             has_sol = m.SolCount > 0
             values = np.asarray(x.X, dtype=float) if has_sol else None

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 
-from .gurobi import LICENCE_LIMIT, LicenceLimitError, solve_gurobi
+from .gurobi import LICENCE_LIMIT, GurobiUnavailable, LicenceLimitError, solve_gurobi
 from .highs import solve_highs
 from .model import Model
 from .solution import Solution, SolverOptions
@@ -27,8 +27,8 @@ def solve(model: Model, options: SolverOptions = SolverOptions()) -> Solution:
         return solve_gurobi(model, options, "fits the gurobi licence: used gurobi")
     except LicenceLimitError as err:     # a licence with different limits than the pip one
         return solve_highs(model, options, f"gurobi refused the model ({err}): used highs")
-    except ImportError as err:
-        return solve_highs(model, options, f"gurobipy unavailable ({err}): used highs")
+    except (ImportError, GurobiUnavailable) as err:
+        return solve_highs(model, options, f"gurobi unavailable ({err}): used highs")
 
 
 def _over_licence(model: Model) -> str:
