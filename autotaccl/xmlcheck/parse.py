@@ -17,6 +17,7 @@ from ..lowering.program import (BUFFERS, GPU_ATTRS, STEP_ATTRS, STEP_TYPES, TB_A
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]*")
 _INT = re.compile(r"-?(0|[1-9][0-9]*)")
+MAX_ATTRS, MAX_CHARS = 16, 255     # the runtime tokenizer's limits (§1.1)
 _ENTITIES = {"&quot;": '"', "&apos;": "'", "&lt;": "<", "&gt;": ">", "&amp;": "&"}
 
 
@@ -96,8 +97,14 @@ def _tokenize(text: str, source: str) -> _Element:
                 raise fail(f"double quotes around the value of {key} (the runtime's parser needs them)")
             if key in elem.attrs:
                 raise fail(f"attribute {key} only once in <{elem.name}>")
+            if max(len(key), len(raw) - 2) > MAX_CHARS:
+                raise fail(f"names and values of at most {MAX_CHARS} characters ({key} has {len(raw) - 2}; the "
+                           "runtime's parser truncates them)")
             elem.attrs[key] = _unescape(raw[1:-1])
             rest = rest[am.end():]
+        if len(elem.attrs) > MAX_ATTRS:
+            raise fail(f"at most {MAX_ATTRS} attributes per element (<{elem.name}> has {len(elem.attrs)}; the "
+                       "runtime silently drops the rest)")
         if stack:
             stack[-1].children.append(elem)
         elif root is None:
