@@ -202,7 +202,7 @@ GOOD = (CORPUS / "ar_2gpu.xml").read_text()
     (GOOD.replace('type="rrc"', 'type="xx"', 1), 8, "type"),
     ('<?xml version="1.0"?>\n' + GOOD, 1, "declaration"),
     (GOOD.replace(' cnt="1" depid="-1"', '\n cnt="1" depid="-1"', 1), 4, "one line"),
-    (GOOD.replace('hasdep="0"/>', 'hasdep="0"' + "".join(f' x{i}="1"' for i in range(6)) + "/>", 1), 4,
+    (GOOD.replace('hasdep="0"/>', 'hasdep="0"' + "".join(f' x{i}="1"' for i in range(7)) + "/>", 1), 4,
      "at most 16 attributes"),
     (GOOD.replace('name="ar2_rs_ag"', 'name="' + "n" * 300 + '"'), 1, "at most 255 characters"),
 ])
