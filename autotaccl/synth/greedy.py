@@ -133,12 +133,9 @@ class _Planner:
             self._to[dst] = dist
         return self._to[dst]
 
-    def reentry(self, u: int, v: int, reached) -> bool:
+    def reentry(self, u: int, v: int, entered: set[int]) -> bool:
         """Would (u, v) carry a chunk into a node it has already entered? A tree crosses into each node once."""
-        if not self.one_entry or u // self.gpn == v // self.gpn:
-            return False
-        node = v // self.gpn
-        return any(r // self.gpn == node for r in reached)
+        return self.one_entry and u // self.gpn != v // self.gpn and v // self.gpn in entered
 
     def slot(self, e: tuple[int, int], t: float, d: float) -> float:
         """First time >= t when every arc of link e is free for d."""
@@ -190,13 +187,14 @@ class _Planner:
         """Grow ``chunk``'s multicast tree from ``root`` until it covers ``targets``."""
         node = root // self.gpn
         reached = {root: 0.0}
+        entered = {node}
         heap: list[tuple[float, int, int, int]] = []
         count = 0
 
         def push(u: int) -> None:
             nonlocal count
             for v in self.out[u]:
-                if v not in reached and self.allowed(chunk, node, u, v) and not self.reentry(u, v, reached):
+                if v not in reached and self.allowed(chunk, node, u, v) and not self.reentry(u, v, entered):
                     heapq.heappush(heap, (self.option(u, v, reached[u])[0], count, u, v))
                     count += 1
 
@@ -204,7 +202,7 @@ class _Planner:
         missing = set(targets) - {root}
         while missing and heap:
             est, _, u, v = heapq.heappop(heap)
-            if v in reached or self.reentry(u, v, reached):
+            if v in reached or self.reentry(u, v, entered):
                 continue
             opt = self.option(u, v, reached[u])
             if opt[0] > est + EPS:
@@ -212,6 +210,7 @@ class _Planner:
                 count += 1
                 continue
             reached[v] = self.commit(chunk, u, v, opt)
+            entered.add(v // self.gpn)
             missing.discard(v)
             push(v)
         if missing:
@@ -266,18 +265,21 @@ class _Planner:
 class _Loads:
     """Routes chosen for balance rather than speed: every hop adds its duration to the arcs it holds."""
 
-    def __init__(self, planner: _Planner) -> None:
+    def __init__(self, planner: _Planner, squared: bool = False) -> None:
         self.p = planner
+        self.squared = squared
         self.load = [0.0] * len(planner.timelines)
 
     def weight(self, u: int, v: int) -> float:
-        """How loaded the busiest arc of (u, v) would be with one more chunk on it."""
+        """``balanced``: the busiest arc's load with one more chunk on (u, v). ``bottleneck``: what that
+        chunk adds to the busiest arc's squared load, d * (2 * load + d), so loaded resources dominate."""
         d = self.p.alpha[u, v] + self.p.beta[u, v]
-        return max(self.load[a] for a in self.p.arcs[u, v]) + d
+        load = max(self.load[a] for a in self.p.arcs[u, v])
+        return d * (2 * load + d) if self.squared else load + d
 
-    def use(self, hops: list[tuple[int, int]]) -> None:
+    def use(self, hops: list[tuple[int, int]], sign: float = 1.0) -> None:
         for u, v in hops:
-            d = self.p.alpha[u, v] + self.p.beta[u, v]
+            d = sign * (self.p.alpha[u, v] + self.p.beta[u, v])
             for a in self.p.arcs[u, v]:
                 self.load[a] += d
 
@@ -286,25 +288,27 @@ class _Loads:
         p = self.p
         node = root // p.gpn
         depth = {root: 0}
+        entered = {node}
         hops: list[tuple[int, int]] = []
         heap: list[tuple[float, int, int, int]] = []
 
         def push(u: int) -> None:
             for v in p.out[u]:
-                if v not in depth and p.allowed(chunk, node, u, v) and not p.reentry(u, v, depth):
+                if v not in depth and p.allowed(chunk, node, u, v) and not p.reentry(u, v, entered):
                     heapq.heappush(heap, (self.weight(u, v), depth[u], u, v))
 
         push(root)
         missing = set(targets) - {root}
         while missing and heap:
             w, _, u, v = heapq.heappop(heap)
-            if v in depth or p.reentry(u, v, depth):
+            if v in depth or p.reentry(u, v, entered):
                 continue
             now = self.weight(u, v)
             if now > w + EPS:
                 heapq.heappush(heap, (now, depth[u], u, v))
                 continue
             depth[v] = depth[u] + 1
+            entered.add(v // p.gpn)
             hops.append((u, v))
             self.use([(u, v)])
             missing.discard(v)
@@ -550,10 +554,18 @@ def _plan(lt: LogicalTopology, batching: bool, strategy: str, reverse: bool = Fa
             else:
                 planner.path(chunk, src, dst)
     else:
-        loads = _Loads(planner)
-        routes = [(chunk, src, loads.tree(chunk, src, everyone) if dst is None else loads.path(chunk, src, dst))
-                  for chunk, src, dst in jobs]
-        _list_schedule(planner, routes)
+        loads = _Loads(planner, squared=strategy == "bottleneck")
+
+        def route(chunk: int, src: int, dst: int | None) -> list[tuple[int, int]]:
+            return loads.tree(chunk, src, everyone) if dst is None else loads.path(chunk, src, dst)
+
+        routes = [route(chunk, src, dst) for chunk, src, dst in jobs]
+        passes = REROUTE_PASSES if lt.collective.num_chunks * len(lt.edges) <= BIG else 0
+        for _ in range(passes):   # rip up and reroute each chunk against everyone else's final load
+            for i, (chunk, src, dst) in enumerate(jobs):
+                loads.use(routes[i], -1.0)
+                routes[i] = route(chunk, src, dst)
+        _list_schedule(planner, [(chunk, src, hops) for (chunk, src, _), hops in zip(jobs, routes)])
     return planner.bookings
 
 
@@ -581,16 +593,18 @@ def assign_steps(transfers: list[Transfer]) -> tuple[Transfer, ...]:
     return tuple(out)
 
 
-BIG = 250_000   # (chunks x links) beyond which greedy() tries fewer variants
+REROUTE_PASSES = 2
+BIG = 50_000    # (chunks x links) beyond which greedy() tries fewer variants (64 GPUs: seconds)
 
-STRATEGIES = ("earliest", "balanced", "doubling", "relay")
+STRATEGIES = ("earliest", "balanced", "bottleneck", "doubling", "relay")
 
 
 def greedy_schedule(lt: LogicalTopology, batching: bool = True, strategy: str = "earliest") -> Algorithm:
     """One greedy schedule of ``lt.collective`` on ``lt`` (verified).
 
     ``earliest`` routes every chunk where it arrives soonest (best when latency dominates);
-    ``balanced`` routes for the least-loaded arcs, then list-schedules (best when bandwidth does);
+    ``balanced`` / ``bottleneck`` route for the least-loaded arcs (linear / squared load), then
+    list-schedule (best when bandwidth dominates);
     ``doubling`` exchanges ever larger blocks (Bruck) where the sketch gives complete nodes and direct
     inter-node peers; ``relay`` gathers each node, crosses over the sketch's relay pairs and gathers
     again, on complete nodes (both raise NotApplicable elsewhere).
@@ -622,9 +636,10 @@ def greedy(lt: LogicalTopology, size: int, batching: bool = True) -> Algorithm:
     best: tuple[float, Algorithm] | None = None
     big = lt.collective.num_chunks * len(lt.edges) > BIG
     for strategy in STRATEGIES:
-        if big and strategy == "earliest" and lt.collective.name == "alltoall":
-            continue    # its time-aware path searches cost minutes here; balanced routes are as good on A2A
-        variants = (True, False) if batching and strategy in ("earliest", "balanced") and not big else (batching,)
+        if big and strategy == "earliest":
+            continue    # its time-aware searches cost the most and it wins mostly on small instances
+        routed = strategy in ("earliest", "balanced", "bottleneck")
+        variants = (True, False) if batching and routed and not big else (batching,)
         for batch in variants:
             try:
                 algorithm = greedy_schedule(lt, batch, strategy)
