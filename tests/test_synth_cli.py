@@ -117,3 +117,15 @@ def test_milp_allreduce_reports_combine_stages(tmp_path, capsys):
     algorithm = load_algorithm(out)
     verify(algorithm, build_topology(load_hardware("ndv2"), 1))
     assert algorithm.collective.name == "allreduce"
+
+
+def test_default_sketch_when_none_is_given(tmp_path, capsys):
+    out = tmp_path / "bc.json"
+    code, stdout, _ = run(capsys, "synth", "--hardware", "dgx-a100", "--nodes", "2", "--collective", "broadcast",
+                          "--engine", "greedy", "--size", "64K", "-o", str(out), "--json")
+    assert code == 0
+    report = json.loads(stdout)
+    assert [s["bytes"] for s in report["simulated"]] == [64 << 10, 1 << 30]
+    algorithm = load_algorithm(out)
+    assert algorithm.collective.name == "broadcast" and algorithm.metadata["sketch_key"]
+    verify(algorithm, build_topology(load_hardware("dgx-a100"), 2))
