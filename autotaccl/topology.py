@@ -65,15 +65,17 @@ def build_topology(profile: HardwareProfile, nodes: int = 1) -> nx.DiGraph:
                     if a != b and not graph.has_edge(base + a, base + b):
                         connect(base + a, base + b, "switch", ((base + a, hub), (hub, base + b)))
         for k, nic in enumerate(profile.nics if nodes > 1 else ()):
-            port = f"n{n}.nic{k}"
-            arc(port, NETWORK, nic.link_class)
-            arc(NETWORK, port, nic.link_class, alpha=0.0)
+            # Separate send and receive sides, so no path runs GPU -> NIC -> GPU inside a node: the
+            # capacity graph admits exactly the flows the edges do (TACCL's model has no PCIe P2P).
+            out, into = f"n{n}.nic{k}.out", f"n{n}.nic{k}.in"
+            arc(out, NETWORK, nic.link_class)
+            arc(NETWORK, into, nic.link_class, alpha=0.0)
             nic_bw = cls[nic.link_class].bandwidth_GBps
             for g, via in nic.attach.items():
                 # A GPU reaches its NIC over `via` (a PCIe class) both ways, paying its alpha on each side;
                 # without one, the hop is free and as fast as the NIC.
-                arc(base + g, port, via, capacity=None if via else nic_bw, alpha=None if via else 0.0)
-                arc(port, base + g, via, capacity=None if via else nic_bw, alpha=None if via else 0.0)
+                arc(base + g, out, via, capacity=None if via else nic_bw, alpha=None if via else 0.0)
+                arc(into, base + g, via, capacity=None if via else nic_bw, alpha=None if via else 0.0)
 
     if nodes > 1:
         nic_of = _nic_of(profile)
@@ -82,8 +84,8 @@ def build_topology(profile: HardwareProfile, nodes: int = 1) -> nx.DiGraph:
                 nu, nv = u // gpn, v // gpn
                 if nu == nv or (u % gpn) not in nic_of or (v % gpn) not in nic_of:
                     continue
-                src_port, dst_port = f"n{nu}.nic{nic_of[u % gpn]}", f"n{nv}.nic{nic_of[v % gpn]}"
-                connect(u, v, "net", ((u, src_port), (src_port, NETWORK), (NETWORK, dst_port), (dst_port, v)))
+                out, into = f"n{nu}.nic{nic_of[u % gpn]}.out", f"n{nv}.nic{nic_of[v % gpn]}.in"
+                connect(u, v, "net", ((u, out), (out, NETWORK), (NETWORK, into), (into, v)))
     return graph
 
 

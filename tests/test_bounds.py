@@ -10,11 +10,14 @@ from autotaccl.hardware import load_hardware, profile_from_dict
 from autotaccl.simulate import simulate
 from autotaccl.topology import build_topology
 
-# (profile, nodes) -> §2.5 algbw ceilings in GB/s: AG (= RS), AR (RS+AG), A2A
+# (profile, nodes) -> §2.5 algbw ceilings in GB/s: AG (= RS), AR (RS+AG), A2A.
+# 2-node DGX-2 differs on purpose: §2.5 lets a GPU also receive 16 GB/s of PCIe peer traffic, but our
+# graph (like TACCL's) has no GPU -> PCIe -> GPU path, so remote data enters a GPU pair only through its
+# NIC: the pair {g, its NIC's receive side} cut gives 32 * (150 + 12.5) / 31 = 167.7.
 TABLE = {
     ("ndv2", 2): (25.0, 12.5, 3.125),
     ("ndv2", 1): (171.4, 85.7, 75.0),
-    ("dgx2", 2): (171.4, 85.7, 12.5),
+    ("dgx2", 2): (167.7, 83.9, 12.5),
     ("dgx2", 1): (160.0, 80.0, 160.0),
     ("dgx-a100", 1): (342.9, 171.4, 342.9),
     ("dgx-a100", 2): (346.7, 173.3, 50.0),

@@ -73,20 +73,20 @@ def test_net_edges_go_through_both_nics(topo):
     cap = capacity_graph(graph)
     edge = graph.edges[3, 20]   # node 0 GPU 3 (NIC 1) -> node 1 GPU 4 (NIC 2)
     assert edge["kind"] == "net"
-    assert edge["resources"] == ((3, "n0.nic1"), ("n0.nic1", NETWORK), (NETWORK, "n1.nic2"), ("n1.nic2", 20))
+    assert edge["resources"] == ((3, "n0.nic1.out"), ("n0.nic1.out", NETWORK), (NETWORK, "n1.nic2.in"), ("n1.nic2.in", 20))
     assert edge["bandwidth_GBps"] == 12.5           # min(PCIe 16, EDR 12.5)
     assert edge["alpha_us"] == pytest.approx(sum(cap.edges[a]["alpha_us"] for a in edge["resources"]))
     assert edge["alpha_us"] == pytest.approx(0.5 + 2.6 + 0.5)
     # GPUs 2 and 3 share NIC 1: their net edges hold the same NIC egress
-    assert ("n0.nic1", NETWORK) in graph.edges[2, 16]["resources"]
-    assert cap.edges["n0.nic1", NETWORK]["capacity"] == 12.5
+    assert ("n0.nic1.out", NETWORK) in graph.edges[2, 16]["resources"]
+    assert cap.edges["n0.nic1.out", NETWORK]["capacity"] == 12.5
 
 
 def test_ndv2_far_gpus_reach_the_nic_over_host_pcie(topo):
     graph = topo("ndv2", 2)
     near, far = graph.edges[0, 8], graph.edges[2, 8]
     assert near["bandwidth_GBps"] == 12.5 and far["bandwidth_GBps"] == 10.0
-    assert far["resources"][0] == (2, "n0.nic0") and capacity_graph(graph).edges[2, "n0.nic0"]["capacity"] == 10.0
+    assert far["resources"][0] == (2, "n0.nic0.out") and capacity_graph(graph).edges[2, "n0.nic0.out"]["capacity"] == 10.0
     assert far["alpha_us"] > near["alpha_us"]
 
 
