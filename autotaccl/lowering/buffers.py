@@ -106,7 +106,7 @@ def layout(algorithm: Algorithm, plan: Plan, inplace: bool) -> Layout:
         return ("o", out) if out is not None else ("s", slots[(rank, c)])
 
     fused_sends = set(plan.fused_next.values())
-    order = event_order(algorithm)
+    order = event_order(algorithm, plan.sequential)
     future: dict[tuple[int, int], list[tuple[int, bool]]] = defaultdict(list)  # (position, reads it)
     for p, (t, kind) in enumerate(order):
         tr = algorithm.transfers[t]

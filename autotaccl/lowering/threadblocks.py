@@ -67,8 +67,14 @@ def event_times(algorithm: Algorithm) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
-def event_order(algorithm: Algorithm) -> list[tuple[int, str]]:
-    """Every (transfer, "send"|"recv") in the order the lowered program runs them (see event_times)."""
+def event_order(algorithm: Algorithm, sequential: bool = False) -> list[tuple[int, str]]:
+    """Every (transfer, "send"|"recv") in the order the lowered program runs them (see event_times).
+
+    ``sequential``: program order, each send right before its receive. With thread blocks that only send
+    or only receive this order never needs more than one message in flight per connection, so it
+    cannot deadlock on full connection buffers (the fallback)."""
+    if sequential:
+        return [(t, kind) for t in range(len(algorithm.transfers)) for kind in ("send", "recv")]
     times = event_times(algorithm)
     keys = [(times[t] + (0, t), t, "send") for t in range(len(times))]
     keys += [(times[t] + (1, t), t, "recv") for t in range(len(times))]
@@ -81,6 +87,7 @@ class Plan:
     recv_tb: tuple[TbKey, ...]       # per transfer, its receiving thread block
     fused_next: dict[int, int]       # t1 -> t2: the receive of t1 also sends t2
     stored: tuple[bool, ...]         # per transfer, whether its receive stores the result locally
+    sequential: bool = False         # events in program order (see event_order)
 
 
 def forward_candidates(algorithm: Algorithm, channels: tuple[int, ...], uses: Uses) -> dict[int, int]:
@@ -104,10 +111,12 @@ def forward_candidates(algorithm: Algorithm, channels: tuple[int, ...], uses: Us
 def plan_threadblocks(algorithm: Algorithm, channels: tuple[int, ...], uses: Uses,
                       forbid: frozenset[tuple[int, int, int, int]] | None = frozenset()) -> Plan:
     """``forbid``: (rank, channel, receive peer, send peer) pairs that must not share a thread block
-    (None: no pairs at all; then every block only sends or only receives and nothing is fused)."""
+    (None: no pairs at all; then every block only sends or only receives, nothing is fused and events run
+    in program order, which cannot deadlock)."""
     transfers = algorithm.transfers
     coll = algorithm.collective
-    cand = forward_candidates(algorithm, channels, uses) if forbid is not None else {}
+    sequential = forbid is None
+    cand = forward_candidates(algorithm, channels, uses) if not sequential else {}
     forbid = forbid or frozenset()
     peers = defaultdict(lambda: (set(), set()))       # (rank, chan) -> (recv peers, send peers)
     for t, tr in enumerate(transfers):
@@ -130,7 +139,7 @@ def plan_threadblocks(algorithm: Algorithm, channels: tuple[int, ...], uses: Use
     send_tb = tuple(send_key[(tr.src, tr.dst, channels[t])] for t, tr in enumerate(transfers))
     recv_tb = tuple(recv_key[(tr.dst, tr.src, channels[t])] for t, tr in enumerate(transfers))
     events = defaultdict(list)
-    for t, kind in event_order(algorithm):
+    for t, kind in event_order(algorithm, sequential):
         events[send_tb[t] if kind == "send" else recv_tb[t]].append((t, kind))
     fused = {}
     for evs in events.values():
@@ -143,7 +152,7 @@ def plan_threadblocks(algorithm: Algorithm, channels: tuple[int, ...], uses: Use
         dead = tr.op == "reduce" and t2 is not None and all(
             _dead_after(uses, coll, tr.dst, c, t2) for c in tr.chunks)
         stored.append(not dead)
-    return Plan(send_tb, recv_tb, fused, tuple(stored))
+    return Plan(send_tb, recv_tb, fused, tuple(stored), sequential)
 
 
 def _dead_after(uses: Uses, coll, rank: int, chunk: int, t: int) -> bool:
