@@ -275,3 +275,68 @@ def test_greedy_synthesized_algorithms_lower_check_and_round_trip(tmp_path, coll
     back = import_xml(path, seeds=1)
     verify(back, graph)
     assert simulate(back, graph, 1 << 24).time_us == pytest.approx(simulate(a, graph, 1 << 24).time_us, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- random algorithms
+
+
+def random_algorithm(rng) -> Algorithm:
+    """A random verified algorithm: per chunk a random relay tree (copies) or reduction tree (reduces,
+    then for AllReduce a random broadcast tree), steps by tree depth, same-step transfers sometimes
+    batched into one multi-chunk transfer (non-contiguous chunks included), on links 0 and 1."""
+    name = rng.choice(["allgather", "alltoall", "broadcast", "reducescatter", "allreduce"])
+    coll = Collective(name, rng.randint(2, 5), rng.randint(1, 3), 0)
+    R = coll.ranks
+
+    def tree(root, nodes):
+        order = [root] + rng.sample([n for n in nodes if n != root], len(nodes) - 1)
+        depth, edges = {root: 0}, []
+        for i, n in enumerate(order[1:], 1):
+            parent = rng.choice(order[:i])
+            depth[n] = depth[parent] + 1
+            edges.append((parent, n, depth[n]))
+        return edges, max(depth.values())
+
+    items = []
+    for c in range(coll.num_chunks):
+        post = sorted(coll.postcondition(c))
+        if not coll.is_reduction:
+            (src,) = coll.precondition(c)
+            others = [r for r in range(R) if r not in post and r != src]
+            nodes = sorted(set(post) | {src} | set(rng.sample(others, rng.randint(0, len(others)))))
+            edges, _ = tree(src, nodes)
+            items += [(d, c, p, ch, "copy") for p, ch, d in edges]
+        else:
+            root = rng.choice(post)
+            edges, height = tree(root, list(range(R)))
+            items += [(height - d, c, ch, p, "reduce") for p, ch, d in edges]
+            if name == "allreduce":
+                edges, _ = tree(root, list(range(R)))
+                items += [(height + d, c, p, ch, "copy") for p, ch, d in edges]
+    items.sort(key=lambda x: (x[0], rng.random()))
+    groups: list = []
+    last: dict = {}
+    for step, c, s, d, op in items:
+        key = (step, s, d, op)
+        if key in last and rng.random() < 0.7:
+            groups[last[key]][1].append(c)
+        else:
+            last[key] = len(groups)
+            groups.append((key, [c]))
+    transfers = [Transfer(tuple(rng.sample(cs, len(cs))), s, d, step, op, rng.choice((0, 0, 1)))
+                 for (step, s, d, op), cs in groups]
+    return Algorithm("random", coll, tuple(transfers))
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_random_algorithms_lower_to_programs_that_pass_the_checker(seed):
+    import random
+    rng = random.Random(seed)
+    a = random_algorithm(rng)
+    verify(a)
+    mode = rng.choice([None, "inplace", "outofplace"])
+    opts = LoweringOptions(instances=rng.randint(1, 3), proto=rng.choice(["Simple", "LL", "LL128"]),
+                           inplace=None if mode is None else mode == "inplace",
+                           outofplace=None if mode is None else mode == "outofplace")
+    report = check_xml(lower(a, opts), seeds=SEEDS, seed=seed)
+    assert report.valid, f"{a.collective} {opts}: {report}"
