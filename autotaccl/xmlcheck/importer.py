@@ -83,19 +83,14 @@ def import_xml(path: str | Path, runtime: str = "auto", seeds: int = 2) -> Algor
                 return
             (c,) = ids
             contrib = frozenset(p[1] for p in pairs)
-            have = value.get((src, c))
-            if have is None and not reduction and coll_name != "broadcast":
-                have = frozenset((src,)) if src in contrib else None
-            if reduction and have is not None and have != contrib and (src, c) in value:
+            if reduction and value[(src, c)] != contrib:
                 failures.append(f"rank {src} sends a partial sum of chunk {c} the IR cannot name "
-                                f"(ranks {sorted(contrib)}, while its own value holds {sorted(have)})")
+                                f"(ranks {sorted(contrib)}, while its own value holds {sorted(value[(src, c)])})")
                 return
             old = value.get((dst, c))
-            op = "copy"
-            if kind in ("rrs", "rrc", "rrcs"):
-                op = "reduce"
-            elif reduction and old is not None and not (old & contrib) and not contrib >= old:
-                op = "reduce"
+            # a reduce-type receive reduces; so does a copy next to a disjoint partial sum (a later local re)
+            reduces = kind in ("rrs", "rrc", "rrcs") or (reduction and bool(old) and not old & contrib)
+            op = "reduce" if reduces else "copy"
             if op == "reduce":
                 value[(dst, c)] = (old or frozenset()) | contrib
             else:
