@@ -79,11 +79,12 @@ class _Timeline:
 class _Planner:
     """Reservation state shared by all chunks of one schedule."""
 
-    def __init__(self, lt: LogicalTopology, batching: bool, reverse: bool = False) -> None:
+    def __init__(self, lt: LogicalTopology, batching: bool, reverse: bool = False, window: int = 6) -> None:
         """``reverse``: plan an AllGather that will run backwards (TACCL's combine): each sketch link is
         priced as its physical reverse, which the reversed transfer uses, and links without one are skipped."""
         self.lt = lt
         self.batching = batching
+        self.window = max(1, window)      # at most this many chunks per list-scheduled batch
         self.one_entry = True
         self._to: dict[int, dict[int, float]] = {}
         g = lt.graph
@@ -167,7 +168,7 @@ class _Planner:
         if self.batching:
             grow = self.beta[e]
             for b in self.on_edge[e]:
-                if b.start + EPS < ready or b.end + grow >= best[0] - EPS:
+                if b.start + EPS < ready or b.end + grow >= best[0] - EPS or len(b.chunks) >= self.window:
                     continue
                 if all(self.timelines[a].room_after(b, b.end + grow) for a in arcs):
                     best = (b.end + grow, b, b.start)
@@ -390,10 +391,14 @@ def _list_schedule(planner: _Planner, routes: list[tuple[int, int, list[tuple[in
             del queue[chunk]
             ready_at(chunk, v, planner.commit(chunk, u, v, (arrival, join, start)), order)
             continue
+        if start > ready + EPS:
+            # the link is busy until `start`: decide then, when every chunk ready by then is known
+            heapq.heappush(heap, (start, order, chunk, u, v))
+            continue
         batch = [chunk]
         for _ in range(4):   # taking more chunks makes the transfer longer, which may move its slot
             batch = [chunk] + sorted((c for c, t in queue.items() if c != chunk and t <= start + EPS),
-                                     key=lambda c: (queue[c], orders[c]))
+                                     key=lambda c: (queue[c], orders[c]))[:planner.window - 1]
             d = planner.alpha[e] + len(batch) * planner.beta[e]
             later = planner.slot(e, ready, d)
             if later <= start + EPS:
@@ -539,8 +544,9 @@ def _relay(planner: _Planner) -> None:
     _book_phases(planner, [_bruck(m, received) for m in groups], arrival)
 
 
-def _plan(lt: LogicalTopology, batching: bool, strategy: str, reverse: bool = False) -> list[_Booking]:
-    planner = _Planner(lt, batching, reverse)
+def _plan(lt: LogicalTopology, batching: bool, strategy: str, reverse: bool = False,
+          window: int = 6) -> list[_Booking]:
+    planner = _Planner(lt, batching, reverse, window)
     everyone = set(range(lt.collective.ranks))
     jobs = _jobs(lt.collective)
     if strategy == "doubling":
@@ -599,7 +605,8 @@ BIG = 50_000    # (chunks x links) beyond which greedy() tries fewer variants (6
 STRATEGIES = ("earliest", "balanced", "bottleneck", "doubling", "relay")
 
 
-def greedy_schedule(lt: LogicalTopology, batching: bool = True, strategy: str = "earliest") -> Algorithm:
+def greedy_schedule(lt: LogicalTopology, batching: bool = True, strategy: str = "earliest",
+                    window: int = 6) -> Algorithm:
     """One greedy schedule of ``lt.collective`` on ``lt`` (verified).
 
     ``earliest`` routes every chunk where it arrives soonest (best when latency dominates);
@@ -614,13 +621,13 @@ def greedy_schedule(lt: LogicalTopology, batching: bool = True, strategy: str = 
         # ReduceScatter: the AllGather with the same chunk numbering (chunk c rooted at rank c // chunkup)
         # run backwards over the reverse links, as TACCL's combine does; AllReduce appends the AllGather
         gather_lt = replace(lt, collective=Collective("allgather", coll.ranks, coll.chunkup))
-        transfers = _reverse(_transfers(_plan(gather_lt, batching, strategy, reverse=True)))
+        transfers = _reverse(_transfers(_plan(gather_lt, batching, strategy, True, window)))
         if coll.name == "allreduce":
             shift = max((t.start_us for t in transfers), default=0.0) + 1e-6
             transfers += [Transfer(t.chunks, t.src, t.dst, 0, t.op, t.link, t.start_us + shift)
-                          for t in _transfers(_plan(gather_lt, batching, strategy))]
+                          for t in _transfers(_plan(gather_lt, batching, strategy, False, window))]
     else:
-        transfers = _transfers(_plan(lt, batching, strategy))
+        transfers = _transfers(_plan(lt, batching, strategy, False, window))
     name = f"{coll.name}-{lt.graph.graph.get('name', 'topology')}-greedy"
     algorithm = Algorithm(name, coll, assign_steps(transfers), lt.graph.graph.get("name", ""),
                           {"engine": "greedy", "strategy": strategy, "batching": batching, "chunk_bytes": lt.chunk_bytes})
@@ -629,8 +636,12 @@ def greedy_schedule(lt: LogicalTopology, batching: bool = True, strategy: str = 
 
 
 
-def greedy(lt: LogicalTopology, size: int, batching: bool = True) -> Algorithm:
-    """The best of the greedy variants at ``size`` bytes, judged by the simulator."""
+def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int = 6) -> Algorithm:
+    """The best of the greedy variants at ``size`` bytes, judged by the simulator.
+
+    ``batching`` (the sketch's contiguity) lets a routed transfer carry up to ``window`` chunks (the
+    blocks of the structured strategies are not capped).
+    """
     from ..simulate import simulate
 
     best: tuple[float, Algorithm] | None = None
@@ -642,7 +653,7 @@ def greedy(lt: LogicalTopology, size: int, batching: bool = True) -> Algorithm:
         variants = (True, False) if batching and routed and not big else (batching,)
         for batch in variants:
             try:
-                algorithm = greedy_schedule(lt, batch, strategy)
+                algorithm = greedy_schedule(lt, batch, strategy, window)
             except NotApplicable as why:
                 log.debug("greedy %s: %s", strategy, why)
                 continue
