@@ -77,3 +77,13 @@ def test_instances_import_as_a_finer_chunking(tmp_path):
     b = import_xml(path, seeds=1)
     verify(b)
     assert b.collective.chunkup == 3 and len(b.transfers) == 3 * len(a.transfers)
+
+
+def test_scratch_copies_summed_by_local_re_import_as_reduces(tmp_path):
+    from test_xml_check import allpairs3      # 3-rank AllReduce: s/r into scratch, then a fused re chain
+    path = tmp_path / "ap3.xml"
+    path.write_text(allpairs3())
+    a = import_xml(path, seeds=1)
+    verify(a)
+    assert len(a.transfers) == 6 and all(t.op == "reduce" for t in a.transfers)
+    assert {(t.src, t.dst) for t in a.transfers} == {(s, d) for s in range(3) for d in range(3) if s != d}
