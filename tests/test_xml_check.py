@@ -228,28 +228,29 @@ def test_cli_exit_codes_and_json(tmp_path, capsys):
 
 # ----------------------------------------------------------------------------- nop folding and re fusion
 
-def allpairs3(with_nop: bool = True) -> str:
-    """3-rank AllReduce of one chunk: every rank sends its input to both peers' scratch, then one fused
+def allpairs3(with_nop: bool = True, k: int = 1) -> str:
+    """3-rank AllReduce of k chunks: every rank sends its input to both peers' scratch, then one fused
     ``re`` chain adds both scratch copies into the output; the nop carries the chain's second dependency."""
-    lines = ['<algo name="ap3" proto="LL" nchannels="1" nchunksperloop="1" ngpus="3" coll="allreduce" '
+    lines = [f'<algo name="ap3" proto="LL" nchannels="1" nchunksperloop="{k}" ngpus="3" coll="allreduce" '
              'inplace="0" outofplace="1" minBytes="0" maxBytes="0">']
 
-    def step(s, kind, sb, so, db, do, cnt, depid=-1, deps=-1, hasdep=0):
+    def step(s, kind, sb, so, db, do, depid=-1, deps=-1, hasdep=0):
+        cnt = 0 if kind == "nop" else k
         return (f'      <step s="{s}" type="{kind}" srcbuf="{sb}" srcoff="{so}" dstbuf="{db}" dstoff="{do}" '
                 f'cnt="{cnt}" depid="{depid}" deps="{deps}" hasdep="{hasdep}"/>')
 
     for r in range(3):
         a, b = (r + 1) % 3, (r + 2) % 3
-        local = [step(0, "cpy", "i", 0, "o", 0, 1)]
+        local = [step(0, "cpy", "i", 0, "o", 0)]
         if with_nop:
-            local.append(step(1, "nop", "i", -1, "o", -1, 0, 3, 0))
-        local += [step(len(local), "re", "s", 0, "o", 0, 1, 2, 0), step(len(local) + 1, "re", "s", 1, "o", 0, 1)]
-        lines += [f'  <gpu id="{r}" i_chunks="1" o_chunks="1" s_chunks="2">',
-                  f'    <tb id="0" send="{a}" recv="-1" chan="0">', step(0, "s", "i", 0, "s", 0, 1), "    </tb>",
-                  f'    <tb id="1" send="{b}" recv="-1" chan="0">', step(0, "s", "i", 0, "s", 1, 1), "    </tb>",
-                  f'    <tb id="2" send="-1" recv="{a}" chan="0">', step(0, "r", "i", 0, "s", 1, 1, hasdep=1),
+            local.append(step(1, "nop", "i", -1, "o", -1, 3, 0))
+        local += [step(len(local), "re", "s", 0, "o", 0, 2, 0), step(len(local) + 1, "re", "s", k, "o", 0)]
+        lines += [f'  <gpu id="{r}" i_chunks="{k}" o_chunks="{k}" s_chunks="{2 * k}">',
+                  f'    <tb id="0" send="{a}" recv="-1" chan="0">', step(0, "s", "i", 0, "s", 0), "    </tb>",
+                  f'    <tb id="1" send="{b}" recv="-1" chan="0">', step(0, "s", "i", 0, "s", k), "    </tb>",
+                  f'    <tb id="2" send="-1" recv="{a}" chan="0">', step(0, "r", "i", 0, "s", k, hasdep=1),
                   "    </tb>",
-                  f'    <tb id="3" send="-1" recv="{b}" chan="0">', step(0, "r", "i", 0, "s", 0, 1, hasdep=1),
+                  f'    <tb id="3" send="-1" recv="{b}" chan="0">', step(0, "r", "i", 0, "s", 0, hasdep=1),
                   "    </tb>",
                   '    <tb id="4" send="-1" recv="-1" chan="0">', *local, "    </tb>", "  </gpu>"]
     return "\n".join(lines + ["</algo>"]) + "\n"

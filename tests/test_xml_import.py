@@ -82,8 +82,9 @@ def test_instances_import_as_a_finer_chunking(tmp_path):
 def test_scratch_copies_summed_by_local_re_import_as_reduces(tmp_path):
     from test_xml_check import allpairs3      # 3-rank AllReduce: s/r into scratch, then a fused re chain
     path = tmp_path / "ap3.xml"
-    path.write_text(allpairs3())
+    path.write_text(allpairs3(k=3))          # the IR cuts AllReduce into a multiple of the ranks
     a = import_xml(path, seeds=1)
     verify(a)
-    assert len(a.transfers) == 6 and all(t.op == "reduce" for t in a.transfers)
+    assert a.collective.chunkup == 1
+    assert len(a.transfers) == 6 and all(t.op == "reduce" and len(t.chunks) == 3 for t in a.transfers)
     assert {(t.src, t.dst) for t in a.transfers} == {(s, d) for s in range(3) for d in range(3) if s != d}
