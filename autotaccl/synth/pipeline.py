@@ -122,7 +122,7 @@ def check_routes(lt: LogicalTopology) -> None:
 
 def _greedy(lt: LogicalTopology, options: SynthOptions, sketch) -> tuple[Algorithm, dict, str]:
     began = time.perf_counter()
-    algorithm = greedy(lt, options.size, batching=sketch.contiguity, window=sketch.batch_window)
+    algorithm = greedy(lt, options.size, batching=sketch.contiguity)   # batch_window is the scheduling MILP's
     report = StageReport(time.perf_counter() - began, 0, 0, "heuristic", "greedy",
                          f"{algorithm.metadata.get('strategy')} routing, batching {algorithm.metadata.get('batching')}")
     return algorithm, {"greedy": report}, "heuristic"
