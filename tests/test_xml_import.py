@@ -79,12 +79,45 @@ def test_instances_import_as_a_finer_chunking(tmp_path):
     assert b.collective.chunkup == 3 and len(b.transfers) == 3 * len(a.transfers)
 
 
+def allpairs_allreduce3() -> str:
+    """The all-pairs AllReduce on 3 ranks, one chunk each: rank b gets chunk b from both peers into
+    scratch, adds them with a fused ``re`` chain (a nop carries its second dependency), then sends the
+    sum to both peers."""
+    def step(s, kind, sb, so, db, do, depid=-1, deps=-1, hasdep=0):
+        return (f'      <step s="{s}" type="{kind}" srcbuf="{sb}" srcoff="{so}" dstbuf="{db}" dstoff="{do}" '
+                f'cnt="{0 if kind == "nop" else 1}" depid="{depid}" deps="{deps}" hasdep="{hasdep}"/>')
+
+    lines = ['<algo name="ap3" proto="LL" nchannels="1" nchunksperloop="3" ngpus="3" coll="allreduce" '
+             'inplace="0" outofplace="1" minBytes="0" maxBytes="0">']
+    for r in range(3):
+        peers = [p for p in range(3) if p != r]
+        lines.append(f'  <gpu id="{r}" i_chunks="3" o_chunks="3" s_chunks="2">')
+        for t, p in enumerate(peers):
+            lines += [f'    <tb id="{t}" send="{p}" recv="{p}" chan="0">',
+                      step(0, "s", "i", p, "s", 0), step(1, "r", "i", 0, "s", t, hasdep=1),
+                      step(2, "s", "o", r, "o", r, 2, 3), step(3, "r", "o", p, "o", p), "    </tb>"]
+        lines += ['    <tb id="2" send="-1" recv="-1" chan="0">', step(0, "cpy", "i", r, "o", r),
+                  step(1, "nop", "i", -1, "o", -1, 1, 1), step(2, "re", "s", 0, "o", r, 0, 1),
+                  step(3, "re", "s", 1, "o", r, hasdep=1), "    </tb>", "  </gpu>"]
+    return "\n".join(lines + ["</algo>"]) + "\n"
+
+
 def test_scratch_copies_summed_by_local_re_import_as_reduces(tmp_path):
-    from test_xml_check import allpairs3      # 3-rank AllReduce: s/r into scratch, then a fused re chain
     path = tmp_path / "ap3.xml"
-    path.write_text(allpairs3(k=3))          # the IR cuts AllReduce into a multiple of the ranks
+    path.write_text(allpairs_allreduce3())
+    assert check_xml(path, seeds=4).valid
     a = import_xml(path, seeds=1)
     verify(a)
-    assert a.collective.chunkup == 1
-    assert len(a.transfers) == 6 and all(t.op == "reduce" and len(t.chunks) == 3 for t in a.transfers)
-    assert {(t.src, t.dst) for t in a.transfers} == {(s, d) for s in range(3) for d in range(3) if s != d}
+    reduces = [t for t in a.transfers if t.op == "reduce"]
+    assert sorted((t.src, t.dst, t.chunks) for t in reduces) == sorted(
+        (q, b, (b,)) for b in range(3) for q in range(3) if q != b)
+    assert len(a.transfers) == 12
+
+
+def test_values_the_ir_cannot_hold_are_refused(tmp_path):
+    from test_xml_check import allpairs3      # every rank sums every chunk from scratch copies
+    path = tmp_path / "ap3all.xml"
+    path.write_text(allpairs3(k=3))
+    assert check_xml(path, seeds=2).valid      # a valid MSCCL program ...
+    with pytest.raises(InputError, match="IR can express"):
+        import_xml(path, seeds=1)              # ... but the IR keeps one value per rank and chunk

@@ -51,10 +51,8 @@ def import_xml(path: str | Path, runtime: str = "auto", seeds: int = 2) -> Algor
                                                        if op.kind in _RECEIVES]
     sent = defaultdict(int)
     roots = set()
-    value: dict[tuple[int, int], frozenset[int]] = {}
     reduction = coll_name in ("reducescatter", "allreduce")
-    records: list[tuple[int | None, int, tuple[int, ...], int, int, str]] = []
-    failures: list[str] = []
+    messages: list[tuple[int, int, int, str, int | None, list]] = []
 
     def chunk_of(label: tuple) -> tuple[int, int]:
         """(IR chunk, contributing rank) of an input label."""
@@ -71,44 +69,15 @@ def import_xml(path: str | Path, runtime: str = "auto", seeds: int = 2) -> Algor
         key = (src, dst, chan)
         kind, xfer = receive_kinds[key][sent[key]]
         sent[key] += 1
-        chunks, ops = [], []
-        for v in values:
-            if not v or any(label[0] != 0 for label in v):
-                failures.append(f"rank {src} sends unwritten memory to rank {dst}")
-                return
-            pairs = [chunk_of(label) for label in v]
-            ids = {p[0] for p in pairs}
-            if len(ids) != 1:
-                failures.append(f"rank {src} sends one value mixing chunks {sorted(ids)}")
-                return
-            (c,) = ids
-            contrib = frozenset(p[1] for p in pairs)
-            if reduction and value[(src, c)] != contrib:
-                failures.append(f"rank {src} sends a partial sum of chunk {c} the IR cannot name "
-                                f"(ranks {sorted(contrib)}, while its own value holds {sorted(value[(src, c)])})")
-                return
-            old = value.get((dst, c))
-            # a reduce-type receive reduces; so does a copy next to a disjoint partial sum (a later local re)
-            reduces = kind in ("rrs", "rrc", "rrcs") or (reduction and bool(old) and not old & contrib)
-            op = "reduce" if reduces else "copy"
-            if op == "reduce":
-                value[(dst, c)] = (old or frozenset()) | contrib
-            else:
-                value[(dst, c)] = contrib
-            chunks.append(c)
-            ops.append(op)
-        for op in ("copy", "reduce"):
-            part = tuple(c for c, o in zip(chunks, ops) if o == op)
-            if part:
-                records.append((xfer, round_no, part, src, dst, op))
+        messages.append((round_no, src, dst, kind, xfer, values))
 
-    if reduction:
-        for r in range(n):
-            for c in range(N):
-                value[(r, c)] = frozenset((r,))
     problem = replay.run(None, races=False, on_message=on_message, rounds=True)
-    if problem is not None or failures:
-        raise InputError(source, "algorithm", f"one the IR can express ({failures[0] if failures else problem})")
+    if problem is not None:
+        raise InputError(source, "algorithm", f"one the IR can express ({problem})")
+    try:
+        records = _records(messages, chunk_of, reduction, n, N)
+    except ValueError as err:
+        raise InputError(source, "algorithm", f"one the IR can express ({err})") from None
     root = min(roots) if roots else 0
     if len(roots) > 1:
         raise InputError(source, "algorithm", f"a broadcast from one root, not from ranks {sorted(roots)}")
@@ -124,6 +93,85 @@ def import_xml(path: str | Path, runtime: str = "auto", seeds: int = 2) -> Algor
     except VerificationError as err:
         raise InputError(source, "algorithm", f"one whose IR form verifies ({err})") from None
     return algorithm
+
+
+def _records(messages, chunk_of, reduction: bool, n: int, N: int) -> list:
+    """(xfer, round, chunks, src, dst, op) per message, in an order where every transfer reads the value
+    its sender really sent. Messages of one round read the values from before the round, so within a
+    round a message that reads a (rank, chunk) goes before one that changes it."""
+    value: dict[tuple[int, int], frozenset[int]] = {}
+    if reduction:
+        value = {(r, c): frozenset((r,)) for r in range(n) for c in range(N)}
+    records = []
+    by_round: dict[int, list] = defaultdict(list)
+    for m in messages:
+        by_round[m[0]].append(m)
+    for round_no in sorted(by_round):
+        parsed = []
+        for _, src, dst, kind, xfer, values in by_round[round_no]:
+            chunks = []
+            for v in values:
+                if not v or any(label[0] != 0 for label in v):
+                    raise ValueError(f"rank {src} sends unwritten memory to rank {dst}")
+                pairs = [chunk_of(label) for label in v]
+                ids = {p[0] for p in pairs}
+                if len(ids) != 1:
+                    raise ValueError(f"rank {src} sends one value mixing chunks {sorted(ids)}")
+                chunks.append((ids.pop(), frozenset(p[1] for p in pairs)))
+            parsed.append((src, dst, kind, xfer, chunks))
+        def deferred(message) -> bool:
+            """A copy beside a disjoint partial sum: it lands in scratch for a later local re and leaves
+            the receiver's value alone until then (so it goes last in its round)."""
+            _, dst, kind, _, chunks = message
+            return reduction and kind in ("r", "rcs") and all(
+                value.get((dst, c)) and not value[(dst, c)] & contrib for c, contrib in chunks)
+
+        late = [m for m in parsed if deferred(m)]
+        for src, dst, kind, xfer, chunks in _read_before_write([m for m in parsed if not deferred(m)]) + late:
+            ops = []
+            for c, contrib in chunks:
+                if reduction and value[(src, c)] != contrib:
+                    raise ValueError(f"rank {src} sends a partial sum of chunk {c} (ranks {sorted(contrib)}) while "
+                                     f"its value holds ranks {sorted(value[(src, c)])}")
+                old = value.get((dst, c))
+                # a reduce-type receive reduces; so does a copy beside a disjoint partial sum (a later local re)
+                reduces = kind in ("rrs", "rrc", "rrcs") or (reduction and bool(old) and not old & contrib)
+                value[(dst, c)] = (old | contrib) if reduces else contrib
+                ops.append("reduce" if reduces else "copy")
+            for op in ("copy", "reduce"):
+                part = tuple(c for (c, _), o in zip(chunks, ops) if o == op)
+                if part:
+                    records.append((xfer, round_no, part, src, dst, op))
+    return records
+
+
+def _read_before_write(parsed: list) -> list:
+    """Messages of one round ordered so that none changes a (rank, chunk) another still has to send."""
+    writes = defaultdict(list)
+    for i, (_, dst, _, _, chunks) in enumerate(parsed):
+        for c, _ in chunks:
+            writes[(dst, c)].append(i)
+    after = defaultdict(set)          # i -> messages that must wait for i
+    indegree = [0] * len(parsed)
+    for i, (src, _, _, _, chunks) in enumerate(parsed):
+        for c, _ in chunks:
+            for j in writes.get((src, c), ()):
+                if j != i and j not in after[i]:
+                    after[i].add(j)
+                    indegree[j] += 1
+    ready = [i for i in range(len(parsed)) if indegree[i] == 0]
+    order = []
+    while ready:
+        i = min(ready)
+        ready.remove(i)
+        order.append(parsed[i])
+        for j in after[i]:
+            indegree[j] -= 1
+            if indegree[j] == 0:
+                ready.append(j)
+    if len(order) != len(parsed):
+        raise ValueError("ranks exchange values of one chunk in the same round (the IR moves one value at a time)")
+    return order
 
 
 def _transfers(records) -> list[Transfer]:
