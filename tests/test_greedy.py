@@ -180,7 +180,12 @@ def test_synthesize_picks_the_variant_the_simulator_prefers():
     assert result.algorithm.metadata["sketch_key"] and result.algorithm.metadata["engine"] == "greedy"
 
 
-def test_steps_close_before_a_forward_within_them():
+def test_steps_are_dependency_depths_in_list_order():
     from autotaccl.algorithm import Transfer
-    ts = [Transfer((0,), 0, 1, 0), Transfer((1,), 2, 3, 0), Transfer((0,), 1, 2, 0), Transfer((2,), 4, 5, 0)]
-    assert [t.step for t in assign_steps(ts)] == [0, 0, 1, 1]
+    ts = [Transfer((0,), 0, 1, 0), Transfer((1,), 2, 3, 0), Transfer((0,), 1, 2, 0), Transfer((2,), 4, 5, 0),
+          Transfer((1,), 3, 2, 0)]          # reads chunk 1 on rank 3, written in step 0
+    out = assign_steps(ts)
+    assert [(t.src, t.dst, t.step) for t in out] == [(0, 1, 0), (2, 3, 0), (4, 5, 0), (1, 2, 1), (3, 2, 1)]
+    # a write after a read of the same value waits for that read
+    war = assign_steps([Transfer((0,), 0, 1, 0), Transfer((0,), 1, 2, 0), Transfer((0,), 3, 1, 0)])
+    assert [t.step for t in war] == [0, 1, 2]

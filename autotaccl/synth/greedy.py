@@ -587,16 +587,26 @@ def _reverse(transfers: list[Transfer]) -> list[Transfer]:
 
 
 def assign_steps(transfers: list[Transfer]) -> tuple[Transfer, ...]:
-    """TACCL's step rule: a step closes before a transfer touching a value written within it."""
-    step, written = 0, set()
-    out = []
-    for t in transfers:
-        touched = {(t.src, c) for c in t.chunks} | {(t.dst, c) for c in t.chunks}
-        if touched & written:
-            step, written = step + 1, set()
-        written |= {(t.dst, c) for c in t.chunks}
-        out.append(Transfer(t.chunks, t.src, t.dst, step, t.op, t.link, t.start_us))
-    return tuple(out)
+    """Steps by dependency depth: a transfer's step is one more than that of every earlier transfer it
+    must follow (it reads or writes a value that one wrote, or overwrites a value that one read).
+
+    Transfers are then ordered by (step, planned start), which keeps every dependency in list order,
+    so steps never decrease and the number of steps is the longest dependency chain.
+    """
+    writer: dict[tuple[int, int], int] = {}            # (rank, chunk) -> step of its last write
+    reader: dict[tuple[int, int], int] = {}            # (rank, chunk) -> latest step that read it
+    staged = []
+    for i, t in enumerate(transfers):
+        reads = [(t.src, c) for c in t.chunks] + ([(t.dst, c) for c in t.chunks] if t.op == "reduce" else [])
+        writes = [(t.dst, c) for c in t.chunks]
+        step = 1 + max([writer.get(x, -1) for x in reads + writes] + [reader.get(x, -1) for x in writes])
+        for x in reads:
+            reader[x] = max(reader.get(x, -1), step)
+        for x in writes:
+            writer[x] = step
+        staged.append((step, i, t))
+    staged.sort(key=lambda s: (s[0], s[1]))
+    return tuple(Transfer(t.chunks, t.src, t.dst, step, t.op, t.link, t.start_us) for step, _, t in staged)
 
 
 REROUTE_PASSES = 2
