@@ -340,3 +340,15 @@ def test_random_algorithms_lower_to_programs_that_pass_the_checker(seed):
                            outofplace=None if mode is None else mode == "outofplace")
     report = check_xml(lower(a, opts), seeds=SEEDS, seed=seed)
     assert report.valid, f"{a.collective} {opts}: {report}"
+
+
+def test_non_contiguous_ring_transfers_keep_fused_steps_on_separate_channels():
+    # hierarchical AllReduce on 2 nodes moves chunks (c, c+8) together: two runs, which a fused ring
+    # thread block cannot hold in a 2-message connection buffer; each run gets its own channel instead
+    a = baseline(GRAPHS["ndv2x2"], "allreduce", "hierarchical")
+    assert any(len(t.chunks) == 2 and abs(t.chunks[0] - t.chunks[1]) > 1 for t in a.transfers)
+    text = lower(a)
+    prog = parse_xml(text)
+    kinds = {s.type for g in prog.gpus for tb in g.tbs for s in tb.steps}
+    assert prog.header["nchannels"] == "2" and {"rrs", "rcs", "rrcs"} <= kinds
+    assert check_xml(text, mode="both", seeds=SEEDS).valid

@@ -13,6 +13,7 @@ from collections import defaultdict
 from ..algorithm import Algorithm, VerificationError, verify
 from .buffers import layout
 from .channels import spread_channels
+from .runs import split_runs
 from .options import LoweringError, LoweringOptions
 from .program import COLL_NAMES, LEGACY_NO_LIMIT, LIMITS, Gpu, Program, Step, ThreadBlock
 from .replicate import replicate
@@ -48,19 +49,22 @@ def lower_program(algorithm: Algorithm, options: LoweringOptions | None = None) 
     expanded, channels = replicate(algorithm, opts.instances)
     channels = spread_channels(expanded, channels, limits.tbs_per_channel_direction, limits.channels, source)
     coll = expanded.collective
-    uses = Uses.of(expanded)
+    origin = tuple(range(len(expanded.transfers)))
+    program, stuck, problem = _build(expanded, channels, origin, frozenset(), opts, source, algorithm)
+    if problem is not None and stuck:
+        split = split_runs(expanded, channels, origin, opts.inplace, limits.channels)
+        if split is not None:
+            log.info("%s: %s; sending the runs of non-contiguous transfers on separate channels", source, problem)
+            try:
+                split_program, _, split_problem = _build(*split, frozenset(), opts, source, algorithm)
+            except LoweringError as err:       # more channels or steps than the runtime allows
+                log.info("%s: %s", source, err)
+                split_problem = err
+            if split_problem is None:
+                program, stuck, problem = split_program, (), None
     forbid: frozenset | None = frozenset()
-    for attempt in range(MAX_ATTEMPTS + 1):
-        plan = plan_threadblocks(expanded, channels, uses, forbid)
-        lay = layout(expanded, plan, opts.inplace)
-        steps = build_steps(expanded, plan, lay, limits.max_cnt)
-        add_dependencies(steps, coll.name, coll.chunkup, opts.inplace, opts.outofplace)
-        gpus = _number(steps, coll, lay.scratch, source, limits)
-        program = Program(_header(algorithm, coll, gpus, opts), gpus)
-        _check_limits(program, source, opts.runtime)
-        stuck, problem = _replay(program, coll.name, opts)
-        if problem is None:
-            break
+    attempt = 0
+    while problem is not None:
         if not stuck:
             raise LoweringError(source, "lowering", f"a program that replays correctly (a lowering bug): {problem}")
         if forbid is None:
@@ -68,10 +72,14 @@ def lower_program(algorithm: Algorithm, options: LoweringOptions | None = None) 
                                 f"{problem}")
         # thread blocks that both receive and send can block each other on full connection buffers
         # (the runtime holds about 2 messages per connection): give those peers separate blocks
-        split = {(r, tb.chan, tb.recv, tb.send) for r, t in stuck for tb in (gpus[r].tbs[t],)
+        gpus = program.gpus
+        pairs = {(r, tb.chan, tb.recv, tb.send) for r, t in stuck for tb in (gpus[r].tbs[t],)
                  if tb.send >= 0 and tb.recv >= 0}
-        forbid = None if not split or attempt + 1 == MAX_ATTEMPTS else forbid | split
-        log.info("%s: %s; splitting %d send/receive thread blocks", source, problem, len(split))
+        attempt += 1
+        forbid = None if not pairs or attempt >= MAX_ATTEMPTS else forbid | pairs
+        log.info("%s: %s; splitting %d send/receive thread blocks", source, problem, len(pairs))
+        program, stuck, problem = _build(expanded, channels, origin, forbid, opts, source, algorithm)
+    gpus = program.gpus
     if opts.runtime == "msccl" and opts.max_bytes is None and any(g.s_chunks for g in gpus):
         log.warning("%s: the msccl runtime allocates maxBytes * s_chunks / nchunksperloop = %d bytes of scratch "
                     "at init (maxBytes=%d, no max_bytes given)", source,
@@ -81,6 +89,21 @@ def lower_program(algorithm: Algorithm, options: LoweringOptions | None = None) 
              int(program.header["nchannels"]), sum(len(g.tbs) for g in gpus),
              sum(len(tb.steps) for g in gpus for tb in g.tbs))
     return program
+
+
+def _build(expanded: Algorithm, channels, origin, forbid, opts: LoweringOptions, source: str, algorithm: Algorithm):
+    """(program, stuck thread blocks, replay problem) for one thread-block plan."""
+    limits = LIMITS[opts.runtime]
+    coll = expanded.collective
+    plan = plan_threadblocks(expanded, channels, Uses.of(expanded), forbid)
+    lay = layout(expanded, plan, opts.inplace)
+    steps = build_steps(expanded, plan, lay, limits.max_cnt, origin)
+    add_dependencies(steps, coll.name, coll.chunkup, opts.inplace, opts.outofplace)
+    gpus = _number(steps, coll, lay.scratch, source, limits)
+    program = Program(_header(algorithm, coll, gpus, opts), gpus)
+    _check_limits(program, source, opts.runtime)
+    stuck, problem = _replay(program, coll.name, opts)
+    return program, stuck, problem
 
 
 def _replay(program: Program, coll_name: str, opts: LoweringOptions):

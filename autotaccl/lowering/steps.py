@@ -33,7 +33,7 @@ class StepRec:
     xfer: int | None = None
 
 
-def _runs(order: list[int], lists: list[dict[int, Loc]], max_cnt: int) -> list[list[int]]:
+def contiguous_runs(order: list[int], lists: list[dict[int, Loc]], max_cnt: int) -> list[list[int]]:
     """Split ``order`` where any location list stops being contiguous, then into pieces of <= max_cnt."""
     runs: list[list[int]] = []
     for k, c in enumerate(order):
@@ -45,7 +45,9 @@ def _runs(order: list[int], lists: list[dict[int, Loc]], max_cnt: int) -> list[l
     return runs
 
 
-def build_steps(algorithm: Algorithm, plan: Plan, lay: Layout, max_cnt: int) -> list[StepRec]:
+def build_steps(algorithm: Algorithm, plan: Plan, lay: Layout, max_cnt: int,
+                origin: tuple[int, ...] | None = None) -> list[StepRec]:
+    """Steps of every transfer; a receive step records ``origin[t]`` (the caller's transfer index) as xfer."""
     transfers = algorithm.transfers
     by_t = {m.t: m for m in lay.messages}
     fused_sends = set(plan.fused_next.values())
@@ -59,7 +61,7 @@ def build_steps(algorithm: Algorithm, plan: Plan, lay: Layout, max_cnt: int) -> 
         first = by_t[head]
         order = sorted(transfers[head].chunks, key=lambda c: first.read[c])
         lists = [first.read] + [loc for t in chain for loc in (by_t[t].operand, by_t[t].write) if loc is not None]
-        for run_index, run in enumerate(_runs(order, lists, max_cnt)):
+        for run_index, run in enumerate(contiguous_runs(order, lists, max_cnt)):
             c0, cnt = run[0], len(run)
             src_rank = transfers[head].src
             tgt = first.write if first.write is not None else first.operand
@@ -79,7 +81,7 @@ def build_steps(algorithm: Algorithm, plan: Plan, lay: Layout, max_cnt: int) -> 
                 else:
                     kind, src, dst = ("rrcs" if fused else "rrc"), m.operand[c0], m.write[c0]
                 steps.append(StepRec(plan.recv_tb[t], (m.seq, run_index, 1), kind, src, dst, cnt, reads, writes,
-                                     xfer=t))
+                                     xfer=t if origin is None else origin[t]))
                 fields = (src, dst)
     copies = defaultdict(list)
     for cp in lay.copies:
