@@ -38,12 +38,14 @@ def add_runner_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--np", type=int, help="ranks to launch (mpi / nccl-tests runners)")
     p.add_argument("--hostfile", help="MPI hostfile (mpi / nccl-tests runners)")
     p.add_argument("--timeout-per-run", type=float, help="seconds before a runner launch is killed")
+    p.add_argument("--launcher", help="mpiexec (default), srun, or a launcher with arguments (mpi / nccl-tests)")
+    p.add_argument("--binary", help="nccl-tests binary or build directory (--runner nccl-tests)")
 
 
 def runner_options(args) -> dict:
     options = {}
     if args.runner != "sim":
-        for key in ("np", "hostfile"):
+        for key in ("np", "hostfile", "launcher", "binary"):
             if getattr(args, key, None) is not None:
                 options[key] = getattr(args, key)
         if args.timeout_per_run is not None:
@@ -56,6 +58,8 @@ def run(args) -> int:
 
     from ..tuning.sweep import TuneRequest, tune
 
+    if args.runner == "nccl-tests" and not args.binary:
+        raise InputError("--binary", "(missing)", "the nccl-tests binary or build directory for --runner nccl-tests")
     if args.timeout is not None and args.timeout <= 0:
         raise InputError("--timeout", str(args.timeout), "a positive number of seconds")
     if not 0 <= args.margin <= 10:
@@ -68,7 +72,10 @@ def run(args) -> int:
                           tracking_uri=args.tracking_uri, workers=args.workers, sampler=args.sampler, seed=args.seed,
                           out=args.out, margin=args.margin, synth_time_limit=args.synth_time_limit,
                           progress=not args.no_progress and not args.json)
-    summaries = tune(request, args.collective)
+    from ..collectives import canonical_name
+
+    collectives = [canonical_name(c) for c in args.collective] if args.collective else None
+    summaries = tune(request, collectives)
     if args.json:
         from ..cli import print_json
 

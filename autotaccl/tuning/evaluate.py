@@ -109,11 +109,24 @@ class WrongResults(RuntimeError):
     """A runner moved real data and found wrong elements: the algorithm is not exported, the trial fails."""
 
 
-def runner_times(algorithm: Algorithm, sizes: Sequence[int], runner: str, options: Mapping[str, Any]) -> tuple[list[float], pd.DataFrame]:
-    """Out-of-place time per size from a real runner (raises WrongResults if any element was wrong)."""
+def runner_times(algorithm: Algorithm, sizes: Sequence[int], runner: str, options: Mapping[str, Any],
+                 xml_text: str | None = None) -> tuple[list[float], pd.DataFrame]:
+    """Out-of-place time per size from a real runner (raises WrongResults if any element was wrong).
+
+    nccl-tests runs MSCCL XML: given ``xml_text`` (lowered with the tuned protocol and instances) it
+    measures that file instead of lowering the algorithm with defaults.
+    """
+    import tempfile
+    from pathlib import Path
+
     from runners import get_runner
 
-    frame = get_runner(runner).measure(algorithm, list(sizes), **dict(options))
+    with tempfile.TemporaryDirectory(prefix="autotaccl-xml-") as tmp:
+        target: Any = algorithm
+        if xml_text is not None and runner == "nccl-tests":
+            target = Path(tmp) / "algorithm.xml"
+            target.write_text(xml_text)
+        frame = get_runner(runner).measure(target, list(sizes), **dict(options))
     wrong = frame["wrong"].fillna(0)
     if (wrong > 0).any():
         bad = frame.loc[wrong > 0, "size"].tolist()

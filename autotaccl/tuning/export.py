@@ -73,11 +73,16 @@ def candidates(client, experiment_id: str) -> pd.DataFrame:
 
 
 def winners(frame: pd.DataFrame, sizes: Sequence[int], excluded: set[str]) -> list[dict]:
-    """Per size: the fastest baseline, and the fastest trial if it is strictly faster."""
+    """Per size: the fastest baseline, and the fastest trial if it is strictly faster.
+
+    Among trials tied at the fastest time (the same algorithm found twice), the previous size's winner
+    is kept, so ties do not split a range.
+    """
     rows = []
     is_base = frame["tags.autotaccl.kind"] == "baseline"
     trials = frame[~is_base & ~frame.run_id.isin(excluded)]
     bases = frame[is_base]
+    previous = None
     for size in sizes:
         col = f"metrics.time_us.{size}"
         base = bases.loc[bases[col].idxmin()]
@@ -85,8 +90,13 @@ def winners(frame: pd.DataFrame, sizes: Sequence[int], excluded: set[str]) -> li
         valid = trials[trials[col].notna()]
         if not valid.empty:
             t = valid.loc[valid[col].idxmin()]
+            if previous is not None and previous.run_id in set(valid.run_id):
+                kept = valid[valid.run_id == previous.run_id].iloc[0]
+                if kept[col] <= t[col] * (1 + 1e-9):
+                    t = kept
             if t[col] < base[col]:
                 best = t
+        previous = best
         rows.append({"size": size, "run": best, "time_us": float(best[col]), "baseline": base["tags.baseline"],
                      "baseline_time_us": float(base[col])})
     return rows

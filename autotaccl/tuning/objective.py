@@ -127,7 +127,11 @@ class Objective:
                 self._log(trial, record, "PRUNED", reason=reason)
                 raise optuna.TrialPruned(reason)
             try:
-                times, frame = runner_times(synth.algorithm, self.reference.sizes, cfg.runner, cfg.runner_options)
+                xml = None
+                if cfg.runner == "nccl-tests":
+                    st = record["settings"]
+                    xml = lower_xml(synth.algorithm, st.protocol, st.instances)
+                times, frame = runner_times(synth.algorithm, self.reference.sizes, cfg.runner, cfg.runner_options, xml)
             except (WrongResults, InputError) as err:
                 self._fail(trial, record, f"{cfg.runner} runner: {err}")
             record["results"] = size_results(times, self.reference, cfg.collective, self.ranks, simulated=False)

@@ -314,13 +314,12 @@ def summarize(study: optuna.Study, config: SweepConfig) -> StudySummary:
         base_name, base_time = ref.best(i)
         best = min(((t.user_attrs["results"][i]["time_us"], t) for t in complete), key=lambda x: x[0], default=None)
         factor = (ref.sizes[i] / base_time / 1e3)
+        busbw_factor = ref.algorithm(base_name).collective.busbw_factor
         if best is not None and best[0] < base_time:
             r = best[1].user_attrs["results"][i]
             per_size.append(SizeWinner(size, f"trial {best[1].number}", r["time_us"], base_name, base_time,
                                        r["busbw"], r["bound_pct"]))
         else:
-            busbw_factor = (complete[0].user_attrs["results"][i]["busbw"] / complete[0].user_attrs["results"][i]["algbw"]
-                            if complete else 1.0)
             per_size.append(SizeWinner(size, f"baseline:{base_name}", base_time, base_name, base_time,
                                        factor * busbw_factor, 100 * factor / ref.bound_algbw[i]))
     best_trial = min(complete, key=lambda t: t.value, default=None)
