@@ -125,10 +125,13 @@ def _header(algorithm: Algorithm, coll, gpus, opts: LoweringOptions) -> dict[str
     max_bytes = opts.max_bytes
     if opts.runtime == "msccl":   # exclusive bound; 0 would mean "never"
         max_bytes = LEGACY_NO_LIMIT if max_bytes is None else max_bytes + 1
-    return {"name": (algorithm.name or "autotaccl")[:NAME_CHARS], "proto": opts.proto, "nchannels": str(nchannels),
-            "nchunksperloop": str(nchunks), "ngpus": str(coll.ranks), "coll": COLL_NAMES[opts.runtime][coll.name],
-            "inplace": str(int(opts.inplace)), "outofplace": str(int(opts.outofplace)),
-            "minBytes": str(opts.min_bytes), "maxBytes": str(max_bytes or 0)}
+    header = {"name": (algorithm.name or "autotaccl")[:NAME_CHARS], "proto": opts.proto,
+              "nchannels": str(nchannels), "nchunksperloop": str(nchunks), "ngpus": str(coll.ranks),
+              "coll": COLL_NAMES[opts.runtime][coll.name], "inplace": str(int(opts.inplace)),
+              "outofplace": str(int(opts.outofplace)), "minBytes": str(opts.min_bytes), "maxBytes": str(max_bytes or 0)}
+    if opts.runtime == "msccl":     # not read by the legacy runtime; without it the executor skips the file
+        del header["outofplace"]
+    return header
 
 
 def _number(steps: list[StepRec], coll, scratch, source: str, limits) -> tuple[Gpu, ...]:
