@@ -177,11 +177,17 @@ def test_output_is_what_the_runtime_tokenizer_accepts():
 
 
 def test_limits_name_the_limit_and_the_excess():
-    many = algo("many", "allgather", 2, [((c,), 0, 1, 0) for c in range(70)] + [((70 + c,), 1, 0, 0)
-                                                                               for c in range(70)], 70)
+    def many(link: int) -> Algorithm:
+        return algo("many", "allgather", 2, [((c,), 0, 1, 0, "copy", link) for c in range(70)]
+                    + [((70 + c,), 1, 0, 0, "copy", link) for c in range(70)], 70)
+
+    # 70 steps on one thread block: chunks are spread over a second channel copy (35 steps each) ...
+    spread = lower(many(0))
+    assert parse_xml(spread).header["nchannels"] == "2" and check_xml(spread, seeds=1).valid
+    # ... unless the channels are used up (link 31 already needs all 32)
     with pytest.raises(LoweringError, match=r"steps per thread block.*at most 64.*needs 70, 6 too many"):
-        lower(many)
-    assert check_xml(lower(many, LoweringOptions(runtime="msccl")), runtime="msccl", seeds=1).valid  # 256 there
+        lower(many(31))
+    assert check_xml(lower(many(31), LoweringOptions(runtime="msccl")), runtime="msccl", seeds=1).valid  # 256
     wide = algo("wide", "allgather", 2, [((0,), 0, 1, 0, "copy", 8), ((1,), 1, 0, 0, "copy", 8)])
     with pytest.raises(LoweringError, match=r"channels.*= 36, 4 too many"):
         lower(wide, LoweringOptions(instances=4))

@@ -50,7 +50,7 @@ def lower_program(algorithm: Algorithm, options: LoweringOptions | None = None) 
     channels = spread_channels(expanded, channels, limits.tbs_per_channel_direction, limits.channels, source)
     coll = expanded.collective
     origin = tuple(range(len(expanded.transfers)))
-    program, stuck, problem = _build(expanded, channels, origin, frozenset(), opts, source, algorithm)
+    channels, (program, stuck, problem) = _build_fitting(expanded, channels, origin, opts, source, algorithm)
     if problem is not None and stuck:
         split = split_runs(expanded, channels, origin, opts.inplace, limits.channels)
         if split is not None:
@@ -89,6 +89,23 @@ def lower_program(algorithm: Algorithm, options: LoweringOptions | None = None) 
              int(program.header["nchannels"]), sum(len(g.tbs) for g in gpus),
              sum(len(tb.steps) for g in gpus for tb in g.tbs))
     return program
+
+
+def _build_fitting(expanded: Algorithm, channels, origin, opts: LoweringOptions, source: str, algorithm: Algorithm):
+    """(channels, _build(...)): if a thread block has more steps than the runtime allows, spread the
+    chunks over k channel copies (chunk c on copy c mod k, so a forwarded chunk stays on one channel,
+    as NCCL's rings do), for the smallest k that fits."""
+    base = 1 + max(channels, default=0)
+    k = 1
+    while True:
+        spread = tuple(ch + (min(t.chunks) % k) * base for ch, t in zip(channels, expanded.transfers))
+        try:
+            return spread, _build(expanded, spread, origin, frozenset(), opts, source, algorithm)
+        except LoweringError as err:
+            if err.field != "steps per thread block" or base * (k + 1) > LIMITS[opts.runtime].channels:
+                raise
+            log.info("%s: %s; spreading chunks over %d channel copies", source, err, k + 1)
+            k += 1
 
 
 def _build(expanded: Algorithm, channels, origin, forbid, opts: LoweringOptions, source: str, algorithm: Algorithm):
