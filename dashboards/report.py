@@ -138,7 +138,9 @@ def build_report(tracking_uri: str, experiments: Sequence[str] | None, out_dir: 
     import mlflow
     from mlflow.tracking import MlflowClient
 
-    mlflow.set_tracking_uri(tracking_uri)
+    from autotaccl.tuning.tracking import existing_store
+
+    mlflow.set_tracking_uri(existing_store(tracking_uri))
     client = MlflowClient(tracking_uri=tracking_uri)
     found = [x for x in client.search_experiments(max_results=10_000) if "autotaccl.target" in x.tags]
     if experiments:

@@ -141,3 +141,10 @@ def test_a_tie_keeps_the_previous_winner_so_ranges_do_not_split():
          "metrics.time_us.1024": 10.0, "metrics.time_us.2048": 20.0},
     ])
     assert [r["run"].run_id for r in winners(frame, [1024, 2048], set())] == ["t1", "t1"]
+
+
+def test_a_missing_store_is_bad_input_not_a_new_empty_store(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path / 'nothing' / 'mlflow.db'}"
+    assert main(["export", "--tracking-uri", uri, "-o", str(tmp_path / "out")]) == 2
+    assert "--tracking-uri" in capsys.readouterr().err
+    assert not (tmp_path / "nothing").exists() and not (tmp_path / "out").exists()

@@ -47,7 +47,7 @@ def run(args) -> int:
     if not 0 < args.port < 65536:
         raise InputError("--port", str(args.port), "a TCP port 1..65535")
     if args.tracking_uri:
-        uri = args.tracking_uri
+        uri = tracking.existing_store(args.tracking_uri)
     else:
         db = Path(args.out) / "mlflow.db"
         if not db.is_file():

@@ -170,7 +170,7 @@ def export(tracking_uri: str, experiments: Sequence[str] | None, out_dir: str | 
     """Write table.csv/.md/.json, one XML per synthesized winning range and README.md into ``out_dir``."""
     import mlflow
 
-    mlflow.set_tracking_uri(tracking_uri)
+    mlflow.set_tracking_uri(tracking.existing_store(tracking_uri))
     client = tracking.MlflowClient(tracking_uri=tracking_uri)
     found = [e for e in client.search_experiments(max_results=10_000) if "autotaccl.target" in e.tags]
     if experiments:

@@ -18,6 +18,8 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
+from ..errors import InputError
+
 log = logging.getLogger(__name__)
 
 KIND = "autotaccl.kind"          # sweep | trial | baseline
@@ -34,6 +36,17 @@ def init_store(uri: str) -> MlflowClient:
     client = MlflowClient(tracking_uri=uri)
     client.search_experiments(max_results=1)
     return client
+
+
+def existing_store(uri: str, flag: str = "--tracking-uri") -> str:
+    """``uri`` if it names an existing store: MLflow would silently create a new SQLite file otherwise."""
+    if uri.startswith("sqlite:///"):
+        path = Path(uri[len("sqlite:///"):])
+        if not path.is_file():
+            raise InputError(flag, uri, "an existing MLflow store, e.g. sqlite:///autotaccl-runs/mlflow.db")
+    elif "://" not in uri:
+        raise InputError(flag, uri, "a tracking URI such as sqlite:///autotaccl-runs/mlflow.db or http://host:5000")
+    return uri
 
 
 def ensure_experiment(client: MlflowClient, name: str, artifact_root: Path | None,
