@@ -283,3 +283,9 @@ def test_package_interface_and_runtime_detection_of_our_legacy_files():
     report = lowering_check(text, seeds=1)       # the portable header, but coll="reduce_scatter"
     assert isinstance(report, CheckReport) and report.runtime == "msccl" and report.valid
     assert callable(import_xml)
+
+
+def test_negative_dependency_other_than_minus_one_is_rejected():
+    prog = program("ar_2gpu.xml")
+    report = check(edit_step(prog, 0, 0, 0, depid=-3))
+    assert not report.valid and "depid=-3" in report.first.message

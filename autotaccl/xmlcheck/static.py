@@ -209,6 +209,9 @@ def _step_problems(program, gpu, tb, steps_of, targets, err, warnings) -> None:
                 err(Problem(f"offset {off} outside -1..32767 (stored as int16)", **where))
             elif used and not (0 <= off and off + step.cnt <= size):
                 err(Problem(f"{buf}[{off}..{off + step.cnt}) is outside {buf} ({buf}_chunks={size})", **where))
+        if step.depid < -1 or step.deps < -1:
+            err(Problem(f"depid={step.depid} deps={step.deps}: expected -1 or an index", **where))
+            continue
         if step.depid >= 0 or step.deps >= 0:
             if (step.depid < 0) != (step.deps < 0):
                 err(Problem(f"depid={step.depid} deps={step.deps}: both or neither must be -1", **where))
