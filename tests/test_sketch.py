@@ -1,7 +1,6 @@
 """Sketch files (TACCL JSON unchanged, YAML), their validation, identity and logical topology."""
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 

@@ -1,21 +1,24 @@
-"""The fast engine (``--engine greedy``): routing and list scheduling in one pass, no MILP.
+"""The fast engine (``--engine greedy``): no MILP; a few constructions, the simulator picks the best.
 
-Chunks are placed one at a time (interleaved by owner) on reservation timelines of the capacity-graph
-arcs every link holds, the same exclusive resources the simulator serialises on:
+Every construction books transfers on reservation timelines of the capacity-graph arcs each link
+holds, the same exclusive resources the simulator serialises on, at the cost of one pipelined round
+(:func:`autotaccl.simulate.rounds`), so the alpha/bandwidth trade-off matches what the simulator charges:
 
-* AllGather / Broadcast: each chunk's multicast tree grows from the ranks it has reached, always
-  adding the rank it can reach earliest (a Dijkstra over arrival times, re-evaluated lazily as
-  reservations fill the timelines);
-* AllToAll: each chunk takes the earliest-arrival path to its destination;
-* a hop either books a fresh transfer in the first gap of all its arcs, or, with batching, joins a
-  transfer already booked on the same link that starts after the chunk is there (one alpha for
-  several chunks, which is what wins at small sizes);
-* ReduceScatter is the reversed AllGather (copies become reduces, time runs backwards), AllReduce
-  ReduceScatter followed by AllGather.
+* ``earliest``: chunk by chunk (interleaved by owner), an AllGather/Broadcast tree grows from the
+  ranks it has reached by the rank it can reach soonest, an AllToAll chunk takes its earliest-arrival
+  path (A*); a hop books the first gap of its arcs or joins a transfer already booked on that link
+  (one alpha for several chunks, what wins at small sizes);
+* ``balanced`` / ``bottleneck``: routes for the least-loaded arcs (Prim trees, one network entry per
+  node; A* paths; rip-up-and-reroute), then list scheduling in which a transfer takes every chunk
+  waiting for its link (what wins at large sizes);
+* ``doubling`` / ``relay``: Bruck exchanges where the sketch makes nodes complete graphs (switches),
+  across nodes between same-index peers, or through the sketch's relay pairs.
 
-Costs are per pipelined round (:func:`autotaccl.simulate.rounds`), so the alpha/bandwidth trade-off
-matches what the simulator charges. Inter-node hops respect the sketch's sender restriction. The
-sketch's symmetry and enforce_ordering hints are not needed here and are ignored.
+ReduceScatter runs an AllGather backwards over the sketch links' reverses (copies become reduces),
+as TACCL's combine does; AllReduce is that followed by the AllGather. Inter-node hops respect the
+sketch's sender map. :func:`greedy` simulates every applicable variant in two list orders (dependency
+depth, planned start) at the target size and returns the fastest; every result passes ``verify``.
+The sketch's symmetry and enforce_ordering hints are not needed here and are ignored.
 """
 from __future__ import annotations
 
@@ -575,9 +578,9 @@ def _plan(lt: LogicalTopology, batching: bool, strategy: str, reverse: bool = Fa
     return planner.bookings
 
 
-def _transfers(bookings: list[_Booking], op: str = "copy") -> list[Transfer]:
+def _transfers(bookings: list[_Booking]) -> list[Transfer]:
     ordered = sorted(bookings, key=lambda b: (b.start, b.order))
-    return [Transfer(tuple(sorted(b.chunks)), b.edge[0], b.edge[1], 0, op, 0, b.start) for b in ordered]
+    return [Transfer(tuple(sorted(b.chunks)), b.edge[0], b.edge[1], 0, "copy", 0, b.start) for b in ordered]
 
 
 def _reverse(transfers: list[Transfer]) -> list[Transfer]:
