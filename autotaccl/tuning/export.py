@@ -195,7 +195,11 @@ def export(tracking_uri: str, experiments: Sequence[str] | None, out_dir: str | 
             if frame.empty or not (frame["tags.autotaccl.kind"] == "baseline").any():
                 notes.append(f"{experiment.name}: no verified baseline runs; nothing exported")
                 continue
-            excluded: set[str] = set()
+            # trials whose XML already failed to lower during the sweep cannot be exported either
+            excluded: set[str] = set(frame.run_id[frame["tags.xml_error"].notna()]) if "tags.xml_error" in frame else set()
+            if excluded:
+                notes.append(f"{experiment.name}: {len(excluded)} trial(s) skipped: their XML did not lower during the "
+                             f"sweep (tag xml_error)")
             while True:
                 ranges = ranges_for(experiment, frame, excluded)
                 texts, rejected = {}, False

@@ -180,6 +180,7 @@ class Objective:
                     artifacts["algorithm.xml"] = lower_xml(synth.algorithm, st.protocol, st.instances)
                 except Exception as err:   # lowering is reported, never fatal to a measured trial
                     tags["xml_error"] = str(err)[:2000]
+                    trial.set_user_attr("xml_error", str(err)[:2000])
         results: list[SizeResult] | None = record.get("results")
         if results:
             frame = results_frame(results)

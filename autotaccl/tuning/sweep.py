@@ -317,7 +317,8 @@ def summarize(study: optuna.Study, config: SweepConfig) -> StudySummary:
         busbw_factor = ref.algorithm(base_name).collective.busbw_factor
         if best is not None and best[0] < base_time:
             r = best[1].user_attrs["results"][i]
-            per_size.append(SizeWinner(size, f"trial {best[1].number}", r["time_us"], base_name, base_time,
+            label = f"trial {best[1].number}" + (" (no XML)" if "xml_error" in best[1].user_attrs else "")
+            per_size.append(SizeWinner(size, label, r["time_us"], base_name, base_time,
                                        r["busbw"], r["bound_pct"]))
         else:
             per_size.append(SizeWinner(size, f"baseline:{base_name}", base_time, base_name, base_time,
