@@ -7,11 +7,9 @@ from ..algorithm import Algorithm
 
 
 def lowering_available() -> bool:
-    try:
-        from ..lowering import LoweringOptions, lower  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    import importlib.util
+
+    return importlib.util.find_spec("autotaccl.lowering") is not None
 
 
 def lower_xml(algorithm: Algorithm, protocol: str = "Simple", instances: int = 1, min_bytes: int = 0,

@@ -16,8 +16,11 @@ from typing import Any, Mapping
 import optuna
 from optuna.trial import TrialState
 
+from runners.launch import JobError
+
 from ..algorithm import VerificationError, to_json
 from ..errors import InfeasibleError, InputError
+from ..lowering import LoweringError
 from ..sizes import format_size
 from . import tracking
 from .cache import SynthesisCache
@@ -132,7 +135,7 @@ class Objective:
                     st = record["settings"]
                     xml = lower_xml(synth.algorithm, st.protocol, st.instances)
                 times, frame = runner_times(synth.algorithm, self.reference.sizes, cfg.runner, cfg.runner_options, xml)
-            except (WrongResults, InputError) as err:
+            except (WrongResults, LoweringError, JobError) as err:   # bad runner options (InputError) stop the sweep
                 self._fail(trial, record, f"{cfg.runner} runner: {err}")
             record["results"] = size_results(times, self.reference, cfg.collective, self.ranks, simulated=False)
             record["fidelity"], record["raw"] = cfg.runner, frame

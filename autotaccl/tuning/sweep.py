@@ -161,13 +161,13 @@ def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, o
     ref_path = sweeps / f"{study_name}.reference.json"
     ref = load_reference(ref_path) if ref_path.is_file() else None
     if ref is None or ref.sizes != space.sizes or ref.runner != request.runner:
-        measure = None
-        if request.runner != "sim":
-            from .evaluate import runner_times
+        from .evaluate import runner_times
 
-            def measure(algorithm):
-                return runner_times(algorithm, space.sizes, request.runner, request.runner_options)[0]
-        ref = compute_reference(graph, collective, space.sizes, request.runner, measure)
+        def measure(algorithm):
+            return runner_times(algorithm, space.sizes, request.runner, request.runner_options)[0]
+
+        ref = compute_reference(graph, collective, space.sizes, request.runner,
+                                None if request.runner == "sim" else measure)
         for base in ref.algorithms:
             verify(ref.algorithm(base), graph)
         save_reference(ref, ref_path)
