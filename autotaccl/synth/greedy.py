@@ -547,6 +547,53 @@ def _relay(planner: _Planner) -> None:
     _book_phases(planner, [_bruck(m, received) for m in groups], arrival)
 
 
+def _hierarchy(planner: _Planner) -> list[tuple[int, int, list[tuple[int, int]]]]:
+    """AllGather routes that share structure, so list scheduling can batch them: a chunk spreads over
+    its node on its owner's shortest-path tree, crosses once into every other node over an allowed
+    sender->receiver pair (the one most used so far, else the nearest: crossings funnel into few
+    links and travel in batches), and spreads there on the receiver's shortest-path tree."""
+    coll = planner.lt.collective
+    if coll.name not in ("allgather", "broadcast"):
+        raise NotApplicable("hierarchy builds AllGathers and Broadcasts")
+    gpn = planner.gpn
+    nodes = coll.ranks // gpn
+    cost = {e: planner.alpha[e] + planner.beta[e] for e in planner.arcs}
+
+    def spt(root: int) -> tuple[dict[int, float], list[tuple[int, int]]]:
+        dist, parent, heap = {root: 0.0}, {}, [(0.0, root)]
+        while heap:
+            d, u = heapq.heappop(heap)
+            if d > dist[u]:
+                continue
+            for v in planner.out[u]:
+                if v // gpn == root // gpn and d + cost[u, v] < dist.get(v, float("inf")) - EPS:
+                    dist[v], parent[v] = d + cost[u, v], u
+                    heapq.heappush(heap, (dist[v], v))
+        if len(dist) < gpn:
+            raise NotApplicable(f"node {root // gpn} is not connected from GPU {root} under the sketch")
+        return dist, sorted(((parent[v], v) for v in parent), key=lambda e: dist[e[1]])
+
+    trees = {r: spt(r) for r in range(coll.ranks)}
+    used: dict[tuple[int, int], int] = {}
+    routes = []
+    for chunk, owner, _ in _jobs(coll):
+        n = owner // gpn
+        dist, hops = trees[owner]
+        hops = list(hops)
+        for m in range(nodes):
+            if m == n:
+                continue
+            pairs = [(u, v) for (u, v) in planner.arcs if u // gpn == n and v // gpn == m
+                     and planner.allowed(chunk, n, u, v)]
+            if not pairs:
+                raise InfeasibleError(f"no route from GPU {owner} to node {m} under this sketch")
+            u, v = min(pairs, key=lambda e: (-used.get(e, 0), dist[e[0]] + cost[e], e))
+            used[u, v] = used.get((u, v), 0) + 1
+            hops += [(u, v)] + trees[v][1]
+        routes.append((chunk, owner, hops))
+    return routes
+
+
 def _plan(lt: LogicalTopology, batching: bool, strategy: str, reverse: bool = False,
           window: int | None = None) -> list[_Booking]:
     planner = _Planner(lt, batching, reverse, window)
@@ -556,6 +603,8 @@ def _plan(lt: LogicalTopology, batching: bool, strategy: str, reverse: bool = Fa
         _doubling(planner)
     elif strategy == "relay":
         _relay(planner)
+    elif strategy == "hierarchy":
+        _list_schedule(planner, _hierarchy(planner))
     elif strategy == "earliest":
         for chunk, src, dst in jobs:
             if dst is None:
@@ -630,7 +679,7 @@ REROUTE_PASSES = 2
 START_ORDER_HANDICAP = 0.02   # prefer the dependency-depth order (far fewer steps) unless start order is 2% faster
 BIG = 50_000    # (chunks x links) beyond which greedy() tries fewer variants (64 GPUs: seconds)
 
-STRATEGIES = ("earliest", "balanced", "bottleneck", "doubling", "relay")
+STRATEGIES = ("earliest", "balanced", "bottleneck", "hierarchy", "doubling", "relay")
 
 
 def greedy_schedule(lt: LogicalTopology, batching: bool = True, strategy: str = "earliest",
@@ -640,6 +689,7 @@ def greedy_schedule(lt: LogicalTopology, batching: bool = True, strategy: str = 
     ``earliest`` routes every chunk where it arrives soonest (best when latency dominates);
     ``balanced`` / ``bottleneck`` route for the least-loaded arcs (linear / squared load), then
     list-schedule (best when bandwidth dominates);
+    ``hierarchy`` shares per-rank shortest-path trees and one crossing per node so chunks batch;
     ``doubling`` exchanges ever larger blocks (Bruck) where the sketch gives complete nodes and direct
     inter-node peers; ``relay`` gathers each node, crosses over the sketch's relay pairs and gathers
     again, on complete nodes (both raise NotApplicable elsewhere).
@@ -679,7 +729,7 @@ def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | 
     for strategy in STRATEGIES:
         if big and strategy == "earliest":
             continue    # its time-aware searches cost the most and it wins mostly on small instances
-        routed = strategy in ("earliest", "balanced", "bottleneck")
+        routed = strategy in ("earliest", "balanced", "bottleneck", "hierarchy")
         variants = (True, False) if batching and routed and not big else (batching,)
         for batch in variants:
             try:
