@@ -1,6 +1,6 @@
 """Two fidelities: every trial is simulated, only candidates near the best are measured by real MPI ranks.
 
-A 4-GPU ring profile keeps the mpi runner at 4 real ranks (mpiexec from the venv's MPICH wheel).
+A 2 x 2-GPU profile keeps the mpi runner at 4 real ranks (mpiexec from the venv's MPICH wheel).
 """
 from __future__ import annotations
 
@@ -15,21 +15,25 @@ from autotaccl.tuning.sweep import TuneRequest, tune
 from test_tuning_store import fresh_store
 
 HARDWARE = {
-    "name": "ring4", "gpus_per_node": 4,
-    "link_classes": {"nvlink": {"alpha_us": 0.7, "bandwidth_GBps": 25.0}},
-    "links": {"class": "nvlink", "pattern": "ring"},
+    "name": "pair", "gpus_per_node": 2,
+    "link_classes": {"nvlink": {"alpha_us": 0.7, "bandwidth_GBps": 25.0}, "pcie": {"alpha_us": 0.5, "bandwidth_GBps": 16.0},
+                     "ib": {"alpha_us": 2.6, "bandwidth_GBps": 12.5}},
+    "links": {"class": "nvlink", "pairs": [[0, 1, 1]]},
+    "nics": [{"class": "ib", "via": "pcie", "gpus": [0, 1]}],
 }
-SPACE = {
-    "target": {"hardware": "ring4.yaml", "nodes": 1, "collective": "allgather"},
+SPACE = {   # 2 nodes x 2 GPUs = 4 real MPI ranks
+    "target": {"hardware": "pair.yaml", "nodes": 2, "collective": "allgather"},
     "sizes": "1K,64K",
     "fixed": {"engine": "greedy"},
-    "parameters": {"chunkup": {"type": "int", "low": 1, "high": 4},
-                   "symmetry": {"type": "categorical", "choices": ["none", "2/4"]}},
+    "parameters": {"internode_conn": {"type": "categorical", "choices": ["relay", "direct-map", "fully-connected"]},
+                   "relay_map": {"type": "categorical", "choices": ["0:0", "0:1", "1:1"],
+                                 "when": {"internode_conn": "relay"}},
+                   "chunkup": {"type": "int", "low": 1, "high": 3}},
 }
 
 
 def test_runner_measures_only_candidates_near_the_best(tmp_path):
-    (tmp_path / "ring4.yaml").write_text(yaml.safe_dump(HARDWARE))
+    (tmp_path / "pair.yaml").write_text(yaml.safe_dump(HARDWARE))
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump(SPACE, sort_keys=False))
     out = tmp_path / "runs"
@@ -37,7 +41,7 @@ def test_runner_measures_only_candidates_near_the_best(tmp_path):
     (summary,) = tune(TuneRequest(space=str(space), trials=5, out=str(out), runner="mpi", margin=0.0,
                                   runner_options={"timeout": 120}, sampler="random", seed=1, progress=False))
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / "optuna.journal")))
-    trials = optuna.load_study(study_name="ring4x1-allgather", storage=storage).trials
+    trials = optuna.load_study(study_name="pairx2-allgather", storage=storage).trials
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     pruned = [t for t in trials if t.state == TrialState.PRUNED]
     assert complete and pruned, [t.state for t in trials]
@@ -50,7 +54,7 @@ def test_runner_measures_only_candidates_near_the_best(tmp_path):
             assert t.user_attrs["fidelity"] == "mpi"
             best_sim = min(best_sim, t.user_attrs["sim_score"])
     mlflow.set_tracking_uri(f"sqlite:///{out / 'mlflow.db'}")
-    runs = mlflow.search_runs(experiment_names=["ring4x1-allgather"])
+    runs = mlflow.search_runs(experiment_names=["pairx2-allgather"])
     tr = runs[runs["tags.autotaccl.kind"] == "trial"]
     assert (tr["tags.state"] == "PRUNED").sum() == len(pruned)
     assert tr.loc[tr["tags.state"] == "PRUNED", "tags.prune_reason"].notna().all()
