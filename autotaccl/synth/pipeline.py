@@ -18,6 +18,7 @@ from .. import sketch as sketches
 from ..algorithm import Algorithm, verify
 from ..collectives import canonical_name
 from ..errors import InfeasibleError, InputError
+from ..milp.gurobi import LicenceLimitError
 from ..milp.solution import NoSolutionError, SolverOptions, StageReport
 from .greedy import greedy
 from .logical import LogicalTopology
@@ -143,6 +144,8 @@ def _milp(lt: LogicalTopology, options: SynthOptions, sketch) -> tuple[Algorithm
             algorithm, stages = _forward(lt, sketch, solver)
     except NoSolutionError as err:
         return _fallback(lt, options, sketch, str(err))
+    except LicenceLimitError as err:   # only when gurobi was asked for by name; auto falls back to highs
+        raise InputError("--solver", "gurobi", f"a solver that admits this model ({err}); use auto or highs") from None
     worst = "optimal" if all(s.status in ("optimal", "heuristic") for s in stages.values()) else "time_limit"
     return algorithm, stages, worst
 
