@@ -24,9 +24,6 @@ import logging
 from dataclasses import dataclass
 
 import networkx as nx
-import numpy as np
-from scipy.optimize import linprog
-from scipy.sparse import coo_matrix
 
 from .collectives import canonical_name
 from .topology import capacity_graph
@@ -130,6 +127,10 @@ def _violated_cut(flow: nx.DiGraph, source, gpus: list, n: int) -> set | None:
 
 def alltoall_tau(cap: nx.DiGraph, gpus: list) -> float:
     """Min time per byte of a rank's buffer (µs·GB/s units: 1/GBps) to route every AllToAll demand."""
+    import numpy as np                       # imported here: scipy costs ~1 s of CLI start-up
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
+
     n = len(gpus)
     nodes = list(cap.nodes)
     index = {v: i for i, v in enumerate(nodes)}

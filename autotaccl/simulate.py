@@ -50,14 +50,21 @@ class SimResult:
 
 @dataclass(frozen=True)
 class _Plan:
-    """What does not depend on the size: dependencies, resources, per-transfer alpha and bandwidth."""
+    """What does not depend on the size: dependencies, resources, per-transfer alpha and bandwidth.
+
+    ``groups`` and ``bundles`` only serve the scheduler's bookkeeping (see :func:`_schedule`).
+    """
     deps: tuple[int, ...]                  # number of dependencies of each transfer
     dependents: tuple[tuple[int, ...], ...]
-    resources: tuple[tuple[int, ...], ...]  # resource ids held by each transfer
+    resources: tuple[tuple[int, ...], ...]  # resource ids held by each transfer, most contended first
     alpha_us: tuple[float, ...]
     chunks: tuple[int, ...]                 # chunks moved by each transfer
     bandwidth: tuple[float, ...]            # bytes per µs
     num_resources: int
+    groups: tuple[int, ...]                 # transfers holding the same set of resources share a group
+    num_groups: int
+    bundles: tuple[tuple[int, ...], ...]    # per transfer: the bundle it waits in if resource j is busy
+    pairs: tuple[tuple[int, int], ...]      # per bundle: (the busy resource, the partner); (y, y) if alone
 
 
 def rounds(chunk_bytes: float) -> int:
@@ -112,16 +119,40 @@ def _plan(algorithm: Algorithm, graph: nx.DiGraph) -> _Plan:
         for d in ds:
             dependents[d].append(i)
     ids: dict[tuple, int] = {}
-    resources, alphas, bws = [], [], []
+    group_ids: dict[frozenset, int] = {}
+    edges: dict[tuple[int, int], tuple[int, float, float]] = {}   # (src, dst) -> group, alpha, bytes/µs
     for i, t in enumerate(transfers):
-        if not graph.has_edge(t.src, t.dst):
-            raise ValueError(f"transfer {i}: no link from rank {t.src} to rank {t.dst} in {graph.graph.get('name')}")
-        edge = graph.edges[t.src, t.dst]
-        resources.append(tuple(ids.setdefault(arc, len(ids)) for arc in edge["resources"]))
-        alphas.append(float(edge["alpha_us"]))
-        bws.append(float(edge["bandwidth_GBps"]) * 1e3)
-    return _Plan(tuple(len(d) for d in deps), tuple(map(tuple, dependents)), tuple(resources), tuple(alphas),
-                 tuple(len(t.chunks) for t in transfers), tuple(bws), len(ids))
+        if (t.src, t.dst) not in edges:
+            if not graph.has_edge(t.src, t.dst):
+                raise ValueError(f"transfer {i}: no link from rank {t.src} to rank {t.dst} in {graph.graph.get('name')}")
+            edge = graph.edges[t.src, t.dst]
+            if not edge["resources"]:
+                raise ValueError(f"transfer {i}: the link from rank {t.src} to rank {t.dst} holds no resources")
+            held = frozenset(ids.setdefault(arc, len(ids)) for arc in edge["resources"])
+            edges[t.src, t.dst] = (group_ids.setdefault(held, len(group_ids)), float(edge["alpha_us"]),
+                                   float(edge["bandwidth_GBps"]) * 1e3)
+    groups, alphas, bws = zip(*(edges[t.src, t.dst] for t in transfers))
+    users = [0] * len(ids)                  # how many groups use each resource
+    for held in group_ids:
+        for x in held:
+            users[x] -= 1
+    rank = sorted(range(len(ids)), key=users.__getitem__)   # most contended first
+    position = [0] * len(ids)
+    for j, x in enumerate(rank):
+        position[x] = j
+    # per group: its resources, most contended first, and the bundle it waits in when resource j is
+    # busy: that of the busy resource and the group's most contended other resource
+    pair_ids: dict[tuple[int, int], int] = {}
+    group_resources, group_bundles = [], []
+    for held in group_ids:
+        r = tuple(sorted(held, key=position.__getitem__))
+        group_resources.append(r)
+        first = (r[0], r[1] if len(r) > 1 else r[0])
+        group_bundles.append((pair_ids.setdefault(first, len(pair_ids)),)
+                             + tuple(pair_ids.setdefault((y, r[0]), len(pair_ids)) for y in r[1:]))
+    return _Plan(tuple(len(d) for d in deps), tuple(map(tuple, dependents)),
+                 tuple(group_resources[g] for g in groups), alphas, tuple(len(t.chunks) for t in transfers), bws,
+                 len(ids), groups, len(group_ids), tuple(group_bundles[g] for g in groups), tuple(pair_ids))
 
 
 # --------------------------------------------------------------------------- event loop
@@ -141,61 +172,164 @@ def _run(plan: _Plan, algorithm: Algorithm, size: int) -> SimResult:
     return SimResult(size, time_us, algbw, algbw * collective.busbw_factor)
 
 
+_IDLE, _CANDIDATE, _RUNNING = -3, -2, -1   # where a group is when in no bundle (bundle ids are >= 0)
+
+
 def _schedule(plan: _Plan, duration: list[float], k: int) -> float:
     """Makespan of ``k`` rounds of the plan under greedy, priority-ordered list scheduling.
 
-    Instance ``r * n + i`` is transfer ``i`` of round ``r``; its id is also its priority. A waiting
-    instance is parked on one busy resource and reconsidered only when that resource frees, so each
-    event looks at just the instances that might now start.
+    Instance ``r * n + i`` is transfer ``i`` of round ``r``; its id is also its priority. Semantics:
+    whenever transfers finish, every waiting instance whose data is ready is considered in priority
+    order and starts if all its resources are free. The loop below computes exactly that while
+    looking at few waiting instances per event:
+
+    * group: the instances whose transfers hold the same resource set. Only a group's best ready
+      instance (its *head*) can start next; if it cannot, none of the group can, and once it starts
+      the rest must wait for it (the group is _RUNNING, and a candidate again when it finishes). So
+      waiting is tracked per group, never per instance.
+    * bundle: blocked groups that all hold a pair of resources ``(y, z)``, ``y`` busy (a group
+      blocked by ``y`` joins the bundle of ``y`` and its most contended other resource; a
+      one-resource group waits in ``(y, y)``). A bundle is parked on one busy resource of its pair
+      and moves as a whole when that frees while the other is busy: with many rounds waiting for
+      two contended NICs this is one move where single groups would be re-parked by the hundred.
+    * parking: each resource keeps a heap of the bundles parked on it, keyed by their best head.
+    * an event: the resources that just freed are *waking*. The loop repeatedly takes the best of
+      (a) the candidate groups (new heads, groups whose instance finished) and (b) the top bundles
+      of the waking resources, so everything is considered in priority order. A bundle whose
+      partner is busy moves there; otherwise its best group starts if all its resources are free
+      and is re-parked if not. A resource stops waking when it is taken or has nothing parked.
+
+    Heap entries are lazy: an entry is stale (and skipped) once its group or bundle has moved or its
+    best head changed; every change pushes a fresh entry. Parking entries are ``head * B + bundle``
+    (B bundles), waking entries ``key * R + resource`` (R resources).
     """
     n = len(duration)
-    resources, dependents = plan.resources, plan.dependents
+    resources, dependents, group, bundles, pairs = plan.resources, plan.dependents, plan.groups, plan.bundles, plan.pairs
+    heappush, heappop = heapq.heappush, heapq.heappop
+    nb, nr = len(pairs), plan.num_resources
     pending = list(plan.deps) * k            # unfinished dependencies per instance
-    busy = [False] * plan.num_resources
-    parked: list[list[int]] = [[] for _ in range(plan.num_resources)]  # heaps of instance ids
+    busy = [False] * nr
+    ready: list[list[int]] = [[] for _ in range(plan.num_groups)]     # heap of ready instances per group
+    where = [_IDLE] * plan.num_groups        # _IDLE, _CANDIDATE, _RUNNING or the bundle holding it
+    members: list[list[int]] = [[] for _ in range(nb)]   # per bundle: heap of the heads of its groups
+    loc = [-1] * nb                          # per bundle: the resource it is parked on (-1: empty)
+    parked: list[list[int]] = [[] for _ in range(nr)]    # per resource: heap of head * nb + bundle
+    candidates: list[int] = []               # heap of group heads to consider at this event
+    waking: list[int] = []                   # heap of key * nr + resource freed at this event
     running: list[tuple[float, int]] = []    # heap of (finish time, instance)
-    candidates = [r * n + i for r in range(k) for i in range(n) if not plan.deps[i]]  # sorted: a heap
-    source: dict[int, int] = {}              # candidate -> the freed resource whose parked heap fed it
     now = 0.0
+
+    def best(b: int) -> int:
+        """The best head in bundle ``b`` (-1 if empty), dropping stale entries."""
+        heap = members[b]
+        while heap:
+            job = heap[0]
+            g = group[job % n]
+            if where[g] == b and ready[g][0] == job:
+                return job
+            heappop(heap)
+        return -1
+
+    def consider(job: int, g: int) -> None:
+        """Start head ``job`` of group ``g`` if all its resources are free, else park g in its bundle."""
+        i = job % n
+        held = resources[i]
+        for y in held:
+            if busy[y]:
+                b = bundles[i][held.index(y)]
+                old = best(b)                # read before g joins: an old entry of g would look valid
+                where[g] = b
+                heappush(members[b], job)
+                if old < 0:                  # an empty bundle is parked on its busy resource y
+                    loc[b] = y
+                    heappush(parked[y], job * nb + b)
+                elif job < old:
+                    heappush(parked[loc[b]], job * nb + b)
+                return
+        heappop(ready[g])
+        for y in held:
+            busy[y] = True
+        heappush(running, (now + duration[i], job))
+        where[g] = _RUNNING
+
+    for r in range(k):                       # increasing ids: every list is a heap
+        for i in range(n):
+            if not plan.deps[i]:
+                job, g = r * n + i, group[i]
+                if not ready[g]:
+                    where[g] = _CANDIDATE
+                    candidates.append(job)
+                ready[g].append(job)
     while True:
-        # start what can start now, best priority first
-        while candidates:
-            job = heapq.heappop(candidates)
-            i = job % n
-            held = resources[i]
-            for x in held:
-                if busy[x]:
-                    heapq.heappush(parked[x], job)
-                    break
-            else:
-                for x in held:
-                    busy[x] = True
-                heapq.heappush(running, (now + duration[i], job))
-            fed = source.pop(job, None)
-            if fed is not None and not busy[fed] and parked[fed]:
-                nxt = heapq.heappop(parked[fed])
-                source[nxt] = fed
-                heapq.heappush(candidates, nxt)
+        # consider candidates and waking resources' bundles, best first
+        while candidates or waking:
+            if waking:
+                key, x = divmod(waking[0], nr)
+                if not candidates or key < candidates[0]:
+                    heappop(waking)
+                    lot = parked[x]
+                    if busy[x] or not lot:
+                        continue             # taken, or nothing left: x stops waking
+                    top, b = divmod(lot[0], nb)
+                    if top == key:
+                        heappop(lot)
+                        if loc[b] == x and best(b) == top:        # else a stale entry
+                            y, z = pairs[b]
+                            other = z if y == x else y
+                            if busy[other]:  # the whole bundle stays blocked
+                                loc[b] = other
+                                heappush(parked[other], top * nb + b)
+                            else:
+                                g = group[heappop(members[b]) % n]
+                                where[g] = _CANDIDATE
+                                nxt = best(b)
+                                if nxt < 0:
+                                    loc[b] = -1
+                                else:
+                                    heappush(lot, nxt * nb + b)
+                                consider(top, g)
+                        if not lot or busy[x]:
+                            continue
+                    heappush(waking, lot[0] // nb * nr + x)
+                    continue
+            job = heappop(candidates)
+            g = group[job % n]
+            if where[g] == _CANDIDATE and ready[g][0] == job:
+                consider(job, g)
         if not running:
             break
         # finish everything that ends at the next event time
         now = running[0][0]
         freed = []
         while running and running[0][0] == now:
-            _, job = heapq.heappop(running)
+            _, job = heappop(running)
             i, base = job % n, job - job % n
+            freed += resources[i]
             for x in resources[i]:
                 busy[x] = False
-                freed.append(x)
+            g = group[i]
+            if ready[g]:
+                where[g] = _CANDIDATE
+                heappush(candidates, ready[g][0])
+            else:
+                where[g] = _IDLE
             for d in dependents[i]:
-                pending[base + d] -= 1
-                if not pending[base + d]:
-                    heapq.heappush(candidates, base + d)
+                inst = base + d
+                pending[inst] -= 1
+                if not pending[inst]:        # ready: a new head is announced where its group is
+                    g = group[d]
+                    heappush(ready[g], inst)
+                    if ready[g][0] == inst:
+                        b = where[g]
+                        if b >= 0:           # (the bundle is not empty: it holds g)
+                            heappush(members[b], inst)
+                            heappush(parked[loc[b]], inst * nb + b)
+                        elif b != _RUNNING:
+                            where[g] = _CANDIDATE
+                            heappush(candidates, inst)
         for x in freed:
-            if parked[x] and not busy[x]:
-                nxt = heapq.heappop(parked[x])
-                source[nxt] = x
-                heapq.heappush(candidates, nxt)
-    if any(pending):
+            if parked[x]:
+                heappush(waking, parked[x][0] // nb * nr + x)
+    if any(pending) or any(ready):
         raise RuntimeError("simulation stalled with transfers still waiting")  # cannot happen: deps point backwards
     return now

@@ -1,14 +1,16 @@
 """The alpha-beta simulator against times worked out by hand from the profile's link rates."""
 from __future__ import annotations
 
+import heapq
 import math
+import random
 
 import pytest
 
 from autotaccl.algorithm import Algorithm, Transfer
 from autotaccl.collectives import NAMES, Collective
 from autotaccl.hardware import profile_from_dict
-from autotaccl.simulate import MAX_ROUNDS, ROUND_BYTES, rounds, simulate, simulate_sizes
+from autotaccl.simulate import MAX_ROUNDS, ROUND_BYTES, _plan, _schedule, rounds, simulate, simulate_sizes
 from autotaccl.topology import build_topology
 
 ALPHA, BW = 0.7, 25.0          # NVLink class of the hand-built ring (µs, GB/s)
@@ -146,3 +148,75 @@ def test_time_grows_with_size():
     times = [r.time_us for r in simulate_sizes(ring_allgather(), ring4(), [2 ** p for p in range(10, 31, 2)])]
     assert all(a < b for a, b in zip(times, times[1:]))
     assert not any(math.isnan(t) for t in times)
+
+
+# --------------------------------------------------------------------------- the event loop against a full scan
+
+
+def full_scan(plan, duration, k) -> float:
+    """The scheduling rule done the obvious, slow way: at every event walk all ready instances in
+    priority order (round, list order) and start each one whose resources are all free."""
+    n = len(duration)
+    pending = list(plan.deps) * k
+    busy = set()
+    waiting = [r * n + i for r in range(k) for i in range(n) if not plan.deps[i]]
+    running, now = [], 0.0
+    while True:
+        still = []
+        for job in sorted(waiting):
+            held = plan.resources[job % n]
+            if busy.isdisjoint(held):
+                busy.update(held)
+                heapq.heappush(running, (now + duration[job % n], job))
+            else:
+                still.append(job)
+        waiting = still
+        if not running:
+            return now
+        now = running[0][0]
+        while running and running[0][0] == now:
+            job = heapq.heappop(running)[1]
+            busy.difference_update(plan.resources[job % n])
+            base = job - job % n
+            for d in plan.dependents[job % n]:
+                pending[base + d] -= 1
+                if not pending[base + d]:
+                    waiting.append(base + d)
+
+
+def random_algorithm(graph, rng: random.Random, transfers: int) -> Algorithm:
+    """Transfers over random existing links moving random chunks: heavy sharing of NICs and links."""
+    edges = list(graph.edges)
+    ranks = graph.number_of_nodes()
+    out = []
+    for step in range(transfers):
+        src, dst = rng.choice(edges)
+        out.append(Transfer(tuple(rng.sample(range(ranks), rng.randint(1, 2))), src, dst, step,
+                            rng.choice(["copy", "reduce"])))
+    return Algorithm("random", Collective("allreduce", ranks), tuple(out))
+
+
+def test_event_loop_equals_a_full_scan_on_random_contended_algorithms():
+    graph = ring4(nodes=2)                    # 8 ranks, two NICs that every cross-node transfer shares
+    rng = random.Random(7)
+    for _ in range(300):
+        algorithm = random_algorithm(graph, rng, rng.randint(1, 24))
+        plan = _plan(algorithm, graph)
+        k = rng.randint(1, 6)
+        # few distinct durations, so that many transfers finish at the same instant
+        duration = [rng.choice([1.0, 1.5, 2.0, 3.0]) for _ in algorithm.transfers]
+        assert _schedule(plan, duration, k) == full_scan(plan, duration, k)
+
+
+def test_contended_direct_alltoall_equals_a_full_scan():
+    """Many rounds of all-to-all traffic queueing for the NICs: the case the event loop is built for."""
+    from autotaccl.baselines import baseline
+    graph = ring4(nodes=2)
+    algorithm = baseline(graph, "alltoall", "direct")
+    size = 64 << 20
+    chunk = algorithm.collective.chunk_bytes(size)
+    k = rounds(chunk)
+    assert k == 8
+    plan = _plan(algorithm, graph)
+    duration = [a + c * (chunk / k) / bw for a, c, bw in zip(plan.alpha_us, plan.chunks, plan.bandwidth)]
+    assert simulate(algorithm, graph, size).time_us == full_scan(plan, duration, k)
