@@ -145,11 +145,13 @@ def _plan(algorithm: Algorithm, graph: nx.DiGraph) -> _Plan:
     pair_ids: dict[tuple[int, int], int] = {}
     group_resources, group_bundles = [], []
     for held in group_ids:
-        r = tuple(sorted(held, key=position.__getitem__))
-        group_resources.append(r)
-        first = (r[0], r[1] if len(r) > 1 else r[0])
-        group_bundles.append((pair_ids.setdefault(first, len(pair_ids)),)
-                             + tuple(pair_ids.setdefault((y, r[0]), len(pair_ids)) for y in r[1:]))
+        r = sorted(held, key=position.__getitem__)
+        top = r[0]
+        bundle = [pair_ids.setdefault((top, r[1] if len(r) > 1 else top), len(pair_ids))]
+        for y in r[1:]:
+            bundle.append(pair_ids.setdefault((y, top), len(pair_ids)))
+        group_resources.append(tuple(r))
+        group_bundles.append(tuple(bundle))
     return _Plan(tuple(len(d) for d in deps), tuple(map(tuple, dependents)),
                  tuple(group_resources[g] for g in groups), alphas, tuple(len(t.chunks) for t in transfers), bws,
                  len(ids), groups, len(group_ids), tuple(group_bundles[g] for g in groups), tuple(pair_ids))
@@ -230,27 +232,34 @@ def _schedule(plan: _Plan, duration: list[float], k: int) -> float:
             heappop(heap)
         return -1
 
-    def consider(job: int, g: int) -> None:
-        """Start head ``job`` of group ``g`` if all its resources are free, else park g in its bundle."""
-        i = job % n
-        held = resources[i]
-        for y in held:
-            if busy[y]:
-                b = bundles[i][held.index(y)]
-                old = best(b)                # read before g joins: an old entry of g would look valid
-                where[g] = b
-                heappush(members[b], job)
-                if old < 0:                  # an empty bundle is parked on its busy resource y
-                    loc[b] = y
-                    heappush(parked[y], job * nb + b)
-                elif job < old:
-                    heappush(parked[loc[b]], job * nb + b)
-                return
-        heappop(ready[g])
-        for y in held:
-            busy[y] = True
-        heappush(running, (now + duration[i], job))
-        where[g] = _RUNNING
+    def wake(x: int, key: int) -> int:
+        """One step of the waking resource ``x`` whose best parked entry had key ``key``: move its top
+        bundle if the partner is busy, or take the bundle's best group out and return its head, to be
+        considered now (-1 if none). ``x`` keeps waking while it is free and has bundles parked."""
+        lot = parked[x]
+        if busy[x] or not lot:
+            return -1                        # taken, or nothing left: x stops waking
+        top, b = divmod(lot[0], nb)
+        if top == key:                       # (else the top changed: wake x again at the right key)
+            heappop(lot)
+            if loc[b] == x and best(b) == top:                    # else a stale entry
+                y, z = pairs[b]
+                other = z if y == x else y
+                if busy[other]:              # the whole bundle stays blocked
+                    loc[b] = other
+                    heappush(parked[other], top * nb + b)
+                else:
+                    heappop(members[b])
+                    where[group[top % n]] = _CANDIDATE
+                    nxt = best(b)
+                    if nxt < 0:
+                        loc[b] = -1
+                    else:
+                        heappush(lot, nxt * nb + b)
+                    return top               # (the caller wakes x again if it stays free)
+        if lot:
+            heappush(waking, lot[0] // nb * nr + x)
+        return -1
 
     for r in range(k):                       # increasing ids: every list is a heap
         for i in range(n):
@@ -261,41 +270,41 @@ def _schedule(plan: _Plan, duration: list[float], k: int) -> float:
                     candidates.append(job)
                 ready[g].append(job)
     while True:
-        # consider candidates and waking resources' bundles, best first
+        # consider candidates and the waking resources' bundles, best first
         while candidates or waking:
-            if waking:
-                key, x = divmod(waking[0], nr)
-                if not candidates or key < candidates[0]:
-                    heappop(waking)
-                    lot = parked[x]
-                    if busy[x] or not lot:
-                        continue             # taken, or nothing left: x stops waking
-                    top, b = divmod(lot[0], nb)
-                    if top == key:
-                        heappop(lot)
-                        if loc[b] == x and best(b) == top:        # else a stale entry
-                            y, z = pairs[b]
-                            other = z if y == x else y
-                            if busy[other]:  # the whole bundle stays blocked
-                                loc[b] = other
-                                heappush(parked[other], top * nb + b)
-                            else:
-                                g = group[heappop(members[b]) % n]
-                                where[g] = _CANDIDATE
-                                nxt = best(b)
-                                if nxt < 0:
-                                    loc[b] = -1
-                                else:
-                                    heappush(lot, nxt * nb + b)
-                                consider(top, g)
-                        if not lot or busy[x]:
-                            continue
-                    heappush(waking, lot[0] // nb * nr + x)
+            if waking and (not candidates or waking[0] < candidates[0] * nr):
+                key, x = divmod(heappop(waking), nr)
+                job = wake(x, key)
+                if job < 0:
                     continue
-            job = heappop(candidates)
-            g = group[job % n]
-            if where[g] == _CANDIDATE and ready[g][0] == job:
-                consider(job, g)
+            else:
+                job, x = heappop(candidates), -1
+                if where[group[job % n]] != _CANDIDATE or ready[group[job % n]][0] != job:
+                    continue                 # stale entry
+            # start the head job of its group if all its resources are free, else park the group
+            i = job % n
+            g = group[i]
+            held = resources[i]
+            for y in held:
+                if busy[y]:
+                    b = bundles[i][held.index(y)]
+                    old = best(b)            # read before g joins: an old entry of g would look valid
+                    where[g] = b
+                    heappush(members[b], job)
+                    if old < 0:              # an empty bundle is parked on its busy resource y
+                        loc[b] = y
+                        heappush(parked[y], job * nb + b)
+                    elif job < old:
+                        heappush(parked[loc[b]], job * nb + b)
+                    break
+            else:
+                heappop(ready[g])
+                for y in held:
+                    busy[y] = True
+                heappush(running, (now + duration[i], job))
+                where[g] = _RUNNING
+            if x >= 0 and not busy[x] and parked[x]:
+                heappush(waking, parked[x][0] // nb * nr + x)
         if not running:
             break
         # finish everything that ends at the next event time
