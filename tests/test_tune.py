@@ -149,3 +149,23 @@ def test_bad_space_is_one_line_and_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and f"{path}: parameters.chunkup.low" in err
     assert not (tmp_path / "o").exists()             # validated before anything was created
+
+
+def test_a_stuck_sampler_gets_an_unseen_configuration_enqueued(tmp_path):
+    from autotaccl.tuning.explore import enqueue_unseen, is_repeat, stuck
+    from autotaccl.tuning.space import enumerate_space, load_space
+
+    space = load_space(write_space(tmp_path))
+    study = optuna.create_study(storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(tmp_path / "j.log"))))
+    same = {"internode_conn": "direct-map", "chunkup": 1, "protocol": "LL"}
+    for _ in range(4):                               # a sampler circling one configuration
+        study.enqueue_trial(same)
+        trial = study.ask()
+        params = {"engine": "greedy", **{k: trial.suggest_categorical(k, [v]) for k, v in same.items()}}
+        study.tell(trial, 1.0)
+    assert is_repeat(study, params, space) and stuck(study)
+    new = enqueue_unseen(study, space, seed=0)
+    assert new is not None and new != same
+    assert new in enumerate_space(space)
+    assert study.get_trials(states=(TrialState.WAITING,))[0].system_attrs["fixed_params"] == new

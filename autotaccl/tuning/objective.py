@@ -26,6 +26,7 @@ from . import tracking
 from .cache import SynthesisCache
 from .evaluate import (SizeResult, WrongResults, results_frame, runner_times, score, simulate_times, size_results,
                        synthesize_cached)
+from .explore import enqueue_unseen, is_repeat, stuck
 from .lowered import lower_xml, lowering_available
 from .reference import Reference, load_reference
 from .space import load_space, params_to_sketch, sample, settings
@@ -98,6 +99,10 @@ class Objective:
     def _evaluate(self, trial: optuna.Trial) -> float:
         cfg = self.config
         params = sample(trial, self.space)
+        if is_repeat(trial.study, params, self.space):
+            trial.set_user_attr("repeat", True)
+            if stuck(trial.study):
+                enqueue_unseen(trial.study, self.space, seed=trial.number)
         record: dict[str, Any] = {"params": params}
         try:
             sketch = params_to_sketch(self.space, params)
