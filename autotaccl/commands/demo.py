@@ -48,7 +48,7 @@ done in {time.monotonic() - start:.0f} s
   Optuna study      {runs / 'optuna.journal'} (resume: autotaccl tune --space demo --out {runs} --trials N)
   MLflow store      {uri}
   synthesis cache   {runs / 'cache'}
-  export            {out / 'export'}: table.md, table.csv, table.json, README.md, {len(xmls)} XML file(s)
+  export            {out / 'export' / 'table.md'} (+ table.csv, table.json, README.md, {len(xmls)} XML file(s))
   report            {page}
   MLflow UI         autotaccl ui --out {runs}""")
     return 0

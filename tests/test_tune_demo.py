@@ -1,0 +1,19 @@
+"""`autotaccl demo`: one command from sweep to exported table and report (a short run of it)."""
+from __future__ import annotations
+
+import pandas as pd
+
+from autotaccl.cli import main
+from test_tuning_store import fresh_store
+
+
+def test_demo_sweeps_exports_and_reports(tmp_path, capsys):
+    out = tmp_path / "demo"
+    fresh_store(out / "runs")
+    assert main(["demo", "--out", str(out), "--trials", "4"]) == 0
+    printed = capsys.readouterr().out
+    for path in (out / "runs" / "optuna.journal", out / "export" / "table.md", out / "report" / "index.html"):
+        assert path.is_file() and str(path) in printed
+    table = pd.read_csv(out / "export" / "table.csv")
+    assert set(table.collective) == {"allgather"} and table.min_bytes.iloc[0] == 0
+    assert "study ndv2x2-allgather: 4 complete" in printed
