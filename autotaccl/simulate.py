@@ -251,7 +251,7 @@ def _schedule(plan: _Plan, duration: list[float], k: int) -> float:
                 else:
                     heappop(members[b])
                     where[group[top % n]] = _CANDIDATE
-                    nxt = best(b)
+                    nxt = best(b) if members[b] else -1
                     if nxt < 0:
                         loc[b] = -1
                     else:
@@ -277,18 +277,21 @@ def _schedule(plan: _Plan, duration: list[float], k: int) -> float:
                 job = wake(x, key)
                 if job < 0:
                     continue
+                i = job % n
+                g = group[i]
             else:
                 job, x = heappop(candidates), -1
-                if where[group[job % n]] != _CANDIDATE or ready[group[job % n]][0] != job:
+                i = job % n
+                g = group[i]
+                if where[g] != _CANDIDATE or ready[g][0] != job:
                     continue                 # stale entry
             # start the head job of its group if all its resources are free, else park the group
-            i = job % n
-            g = group[i]
             held = resources[i]
             for y in held:
                 if busy[y]:
                     b = bundles[i][held.index(y)]
-                    old = best(b)            # read before g joins: an old entry of g would look valid
+                    # the bundle's best is read before g joins, else an old entry of g could look valid
+                    old = best(b) if members[b] else -1
                     where[g] = b
                     heappush(members[b], job)
                     if old < 0:              # an empty bundle is parked on its busy resource y
