@@ -116,6 +116,9 @@ def experiment_section(experiment, frame: pd.DataFrame, out: Path) -> str:
                  "<th>speed-up</th><th>busbw (GB/s)</th><th>% of bound</th></tr>" + "".join(rows) + "</table>")
     else:
         table = "<p class=\"note\">No baseline or measured runs in this experiment.</p>"
+    if not sweeps.empty and sweeps.get("params.runner", pd.Series(["sim"])).iloc[0] == "sim":
+        notes.append("Measured by the simulator, which models neither protocol nor instances: their importances "
+                     "here are noise; a real runner (nccl-tests) tells them apart.")
     if not sweeps.empty and "tags.optuna.storage" in sweeps:
         storage, study_name = sweeps["tags.optuna.storage"].iloc[0], sweeps["tags.optuna.study"].iloc[0]
         try:
@@ -126,7 +129,7 @@ def experiment_section(experiment, frame: pd.DataFrame, out: Path) -> str:
         except Exception as err:   # the storage may live on another machine
             notes.append(f"Optuna study {study_name} not readable here: {err}")
     parts.append("<div class=\"plots\">" + "".join(
-        f"<figure style=\"display:inline-block\"><img src=\"{e(name)}\" alt=\"{e(title)}\">"
+        f"<figure><img src=\"{e(name)}\" alt=\"{e(title)}\">"
         f"<figcaption>{e(title)}</figcaption></figure>" for title, name in plots) + "</div>")
     parts.append(table)
     parts += [f"<p class=\"note\">{e(n)}</p>" for n in notes]
@@ -161,7 +164,7 @@ def build_report(tracking_uri: str, experiments: Sequence[str] | None, out_dir: 
             frame = mlflow.search_runs(experiment_ids=[experiment.experiment_id], max_results=50_000)
             sections.append(experiment_section(experiment, frame, tmp))
         page = Template(TEMPLATE.read_text()).substitute(
-            title=html.escape("autotaccl sweep report: " + ", ".join(x.name for x in found)),
+            title=html.escape("autotaccl sweep report: " + ", ".join(sorted(x.name for x in found))),
             source=html.escape(tracking_uri), generated=html.escape(dt.datetime.now().isoformat(timespec="seconds")),
             sections="\n".join(sections))
         (tmp / "index.html").write_text(page)
