@@ -70,6 +70,9 @@ def test_sweep_records_every_trial_in_mlflow(sweep):
     ok = trials[trials["tags.state"] == "COMPLETE"]
     assert len(ok) == summary.counts["COMPLETE"] >= 1
     client = mlflow.MlflowClient()
+    curve = client.get_metric_history(ok.run_id.iloc[0], "busbw_GBps")    # for MLflow's own charts
+    assert sorted(m.step for m in curve) == SIZES
+    assert {m.step: m.value for m in curve}[SIZES[-1]] == pytest.approx(ok[f"metrics.busbw_GBps.{SIZES[-1]}"].iloc[0])
     names = {a.path for a in client.list_artifacts(ok.run_id.iloc[0])}
     assert {"sketch.json", "algorithm.json", "measurements.csv", "busbw.png"} <= names
     sketch = json.loads(Path(client.download_artifacts(ok.run_id.iloc[0], "sketch.json", str(out))).read_text())

@@ -190,9 +190,11 @@ class Objective:
                     tags["xml_error"] = str(err)[:2000]
                     trial.set_user_attr("xml_error", str(err)[:2000])
         results: list[SizeResult] | None = record.get("results")
+        curves = {}
         if results:
             frame = results_frame(results)
             metrics.update(tracking.size_metrics(frame.to_dict("records")))
+            curves["busbw_GBps"] = tracking.size_curve(frame.to_dict("records"))
             metrics["sim_objective"] = trial.user_attrs.get("sim_score", score(results))
             metrics["bound_pct_mean"] = float(frame["bound_pct"].mean())
             artifacts["measurements.csv"] = frame.to_csv(index=False)
@@ -205,7 +207,7 @@ class Objective:
         tags["verified"] = "true" if state == "COMPLETE" else "false"
         run_id = tracking.log_run(self.client, cfg.experiment_id, f"trial-{trial.number}",
                                   parent_run_id=cfg.parent_run_id, params=params, metrics=metrics, tags=tags,
-                                  artifacts=artifacts, state=state)
+                                  artifacts=artifacts, state=state, curves=curves)
         trial.set_user_attr("mlflow_run_id", run_id)
 
     def _plot(self, number: int, results: list[SizeResult]) -> bytes:

@@ -239,7 +239,7 @@ def _log_baselines(client, experiment_id: str, parent: str, ref: Reference, spac
         tracking.log_run(client, experiment_id, f"baseline-{name}", parent_run_id=parent,
                          params={"baseline": name, "collective": collective, "target": space.target_name,
                                  "runner": ref.runner, "settings.protocol": "Simple", "settings.instances": 1},
-                         metrics=metrics,
+                         metrics=metrics, curves={"busbw_GBps": tracking.size_curve(rows)},
                          tags={tracking.KIND: "baseline", "baseline": name, "collective": collective,
                                "target": space.target_name, "verified": "true", "state": "COMPLETE"},
                          artifacts={"algorithm.json": json.dumps(to_json(ref.algorithm(name)))})

@@ -82,17 +82,31 @@ def size_metrics(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     return out
 
 
+def size_curve(rows: Iterable[Mapping[str, Any]], field: str = "busbw") -> list[tuple[int, float]]:
+    """(size, value) points: logged as one key with step = size, so MLflow's charts plot it against size.
+
+    ``search_runs`` shows only the last step of such a key; selection uses the per-size keys.
+    """
+    return [(int(r["size"]), float(r[field])) for r in rows if r.get(field) is not None]
+
+
 def log_run(client: MlflowClient, experiment_id: str, run_name: str, *, parent_run_id: str | None = None,
             params: Mapping[str, Any] = {}, metrics: Mapping[str, float] = {}, tags: Mapping[str, str] = {},
-            artifacts: Mapping[str, str | bytes] = {}, state: str = "COMPLETE") -> str:
-    """One run: create, a single log_batch, artifacts (name -> text or bytes), terminate."""
+            artifacts: Mapping[str, str | bytes] = {}, state: str = "COMPLETE",
+            curves: Mapping[str, list[tuple[int, float]]] = {}) -> str:
+    """One run: create, a single log_batch, artifacts (name -> text or bytes), terminate.
+
+    ``curves`` maps a key to (step, value) points (busbw against size).
+    """
     run_tags = {MLFLOW_RUN_NAME: run_name, **{k: str(v) for k, v in tags.items()}}
     if parent_run_id:
         run_tags[MLFLOW_PARENT_RUN_ID] = parent_run_id
     run = client.create_run(experiment_id, run_name=run_name, tags=run_tags)
     run_id = run.info.run_id
     ts = run.info.start_time
-    client.log_batch(run_id, metrics=[Metric(k, float(v), ts, 0) for k, v in metrics.items()],
+    points = [Metric(k, float(v), ts, 0) for k, v in metrics.items()]
+    points += [Metric(k, float(v), ts, step) for k, curve in curves.items() for step, v in curve]
+    client.log_batch(run_id, metrics=points,
                      params=[Param(k, str(v)[:6000]) for k, v in params.items()], tags=[])
     if artifacts:
         with tempfile.TemporaryDirectory(prefix="autotaccl-artifacts-") as tmp:
