@@ -7,7 +7,7 @@ speed-up over the best baseline (time of baseline / time of ours) at 1K, 1M and 
 TACCL configurations use TACCL's own topology JSON (costs for the profile's chunk size); "the profile's
 size" is that chunk size taken as the nccl-tests buffer size. Our own profiles synthesize at 1M.
 
-    .venv/bin/python benchmarks/synthesis.py [--engines greedy,milp] [--time-limit 60] [--only ndv2]
+    .venv/bin/python benchmarks/synthesis.py [--engines greedy,milp] [--time-limit 60] [--only ndv2] [--solver highs]
 """
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ CONFIGS = [
 ]
 
 
-def row(label, collective, hardware, nodes, chunk, sketch_name, engine, time_limit) -> str:
+def row(label, collective, hardware, nodes, chunk, sketch_name, engine, time_limit, solver="highs") -> str:
     if chunk is None:
         profile, size = load_hardware(hardware), M
     else:
@@ -69,7 +69,8 @@ def row(label, collective, hardware, nodes, chunk, sketch_name, engine, time_lim
     sketch = load_sketch(EXAMPLES / "sketch" / f"{sketch_name}.json") if sketch_name else default_sketch(graph, collective)
     began = time.perf_counter()
     try:
-        result = synthesize(graph, collective, sketch, SynthOptions(engine=engine, size=size, time_limit=time_limit))
+        result = synthesize(graph, collective, sketch, SynthOptions(engine=engine, size=size, time_limit=time_limit,
+                                                                        solver=solver))
     except (InfeasibleError, InputError) as err:
         return f"| {label} | {engine} | failed: {err} |" + " |" * 8
     seconds = time.perf_counter() - began
@@ -98,6 +99,7 @@ def main(argv=None) -> int:
     parser.add_argument("--engines", default="greedy,milp")
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per MILP stage")
     parser.add_argument("--only", default="", help="run configurations whose label contains this")
+    parser.add_argument("--solver", default="highs", help="auto | highs | gurobi (the targets are for highs)")
     args = parser.parse_args(argv)
     print("| config | engine | status | total s | stage s | vars/cons | algbw GB/s at profile size (% bound) "
           "| algbw at 1G (% bound) | steps | speed-up 1K | speed-up 1M | speed-up 1G |")
@@ -106,7 +108,7 @@ def main(argv=None) -> int:
         if args.only and args.only not in config[0]:
             continue
         for engine in args.engines.split(","):
-            print(row(*config, engine, args.time_limit))
+            print(row(*config, engine, args.time_limit, args.solver))
             sys.stdout.flush()
     return 0
 

@@ -200,3 +200,20 @@ def test_steps_are_dependency_depths_in_list_order():
     # a write after a read of the same value waits for that read
     war = assign_steps([Transfer((0,), 0, 1, 0), Transfer((0,), 1, 2, 0), Transfer((0,), 3, 1, 0)])
     assert [t.step for t in war] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("hw,nodes,collective,size", [("ndv2", 1, "allgather", 1 << 10),
+                                                      ("ndv2", 2, "alltoall", 1 << 10),
+                                                      ("ndv2", 2, "allgather", 1 << 20)])
+def test_milp_engine_is_never_slower_than_greedy_at_the_target_size(hw, nodes, collective, size):
+    g = topo(hw, nodes)
+    sketch = default_sketch(g, collective)
+    quick = synthesize(g, collective, sketch, SynthOptions(engine="greedy", size=size))
+    milp = synthesize(g, collective, sketch, SynthOptions(engine="milp", solver="highs", size=size, time_limit=20))
+    t_quick = simulate(quick.algorithm, g, size).time_us
+    t_milp = simulate(milp.algorithm, g, size).time_us
+    assert t_milp <= t_quick * (1 + 1e-9)
+    chosen = milp.stages["select"].message.split()[0]
+    assert chosen in ("milp", "greedy") and (milp.status == "heuristic") == (chosen == "greedy")
+    assert "start given" in milp.stages["routing"].message or "start shortest-path" in milp.stages["routing"].message
+    verify(milp.algorithm, g)

@@ -43,16 +43,18 @@ def test_greedy_json_report_and_output(tmp_path, capsys):
     assert algorithm.collective.name == "allgather" and algorithm.ranks == 16
 
 
-def test_milp_engine_reports_three_stages(tmp_path, capsys):
+def test_milp_engine_reports_its_stages_and_the_selection(tmp_path, capsys):
     out = tmp_path / "ag1.json"
     code, stdout, _ = run(capsys, "synth", "--hardware", "ndv2", "--collective", "allgather",
                           "--sketch", str(SK / "sk1-ndv2-n1.json"), "--engine", "milp", "--time-limit", "60",
                           "-o", str(out), "--json")
     assert code == 0
     report = json.loads(stdout)
-    assert set(report["stages"]) == {"routing", "ordering", "scheduling"}
+    assert set(report["stages"]) == {"greedy", "routing", "ordering", "scheduling", "select"}
+    assert report["stages"]["select"]["message"].split()[0] in ("milp", "greedy")
     assert report["stages"]["routing"]["variables"] > 0 and report["stages"]["routing"]["constraints"] > 0
-    assert report["status"] in ("optimal", "time_limit")
+    assert report["status"] in ("optimal", "time_limit", "heuristic")
+    assert (report["status"] == "heuristic") == report["stages"]["select"]["message"].startswith("greedy")
     verify(load_algorithm(out), build_topology(load_hardware("ndv2"), 1))
 
 

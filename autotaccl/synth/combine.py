@@ -74,8 +74,12 @@ def then(first: Algorithm, second: Algorithm, collective: Collective) -> Algorit
 
 
 def _stages(lt: LogicalTopology, solver: SolverOptions, heuristic, prefix: str, contiguity: bool, window: int,
-            reverse: bool) -> tuple[Schedule, dict[str, StageReport]]:
-    routed = route(lt, RoutingOptions(milp=solver))
+            reverse: bool, size: int | None = None) -> tuple[Schedule, dict[str, StageReport]]:
+    start = None
+    if size is not None:     # warm-start the routing from the greedy AllGather on the same view
+        from .greedy import greedy
+        start = tuple((c, t.src, t.dst) for t in greedy(lt, size, contiguity).transfers for c in t.chunks)
+    routed = route(lt, RoutingOptions(milp=solver, start=start))
     if reverse:
         routed = replace(routed, reverse=True)
     ordered = order(lt, routed, heuristic)
@@ -86,26 +90,32 @@ def _stages(lt: LogicalTopology, solver: SolverOptions, heuristic, prefix: str, 
 
 
 def reduce_scatter(lt: LogicalTopology, solver: SolverOptions = SolverOptions(), heuristic="auto",
-                   contiguity: bool = True, window: int = 6, senders=None) -> tuple[Algorithm, dict[str, StageReport]]:
-    """ReduceScatter for ``lt`` (any reduction collective's graph and links): reversed AllGather."""
+                   contiguity: bool = True, window: int = 6, senders=None,
+                   size: int | None = None) -> tuple[Algorithm, dict[str, StageReport]]:
+    """ReduceScatter for ``lt`` (any reduction collective's graph and links): reversed AllGather.
+
+    ``size``: the buffer size to warm-start each routing MILP for (from the greedy AllGather); None: no start.
+    """
     lt_rev = allgather_view(lt, reverse=True, senders=senders)
-    done, stages = _stages(lt_rev, solver, heuristic, "rs-", contiguity, window, reverse=True)
+    done, stages = _stages(lt_rev, solver, heuristic, "rs-", contiguity, window, reverse=True, size=size)
     coll = Collective("reducescatter", lt.collective.ranks, lt.collective.chunkup)
     return reverse_allgather(lt_rev, done.algorithm, coll), stages
 
 
 def all_reduce(lt: LogicalTopology, solver: SolverOptions = SolverOptions(), heuristic="auto",
-               contiguity: bool = True, window: int = 6, senders=None) -> tuple[Algorithm, dict[str, StageReport]]:
+               contiguity: bool = True, window: int = 6, senders=None,
+               size: int | None = None) -> tuple[Algorithm, dict[str, StageReport]]:
     """AllReduce = ReduceScatter, then an AllGather synthesised on the forward links."""
-    rs, stages = reduce_scatter(lt, solver, heuristic, contiguity, window, senders)
+    rs, stages = reduce_scatter(lt, solver, heuristic, contiguity, window, senders, size)
     done, ag_stages = _stages(allgather_view(lt, reverse=False, senders=senders), solver,
                               "auto" if heuristic in (12, 18, "combine-sum", "combine-branch") else heuristic,
-                              "ag-", contiguity, window, reverse=False)
+                              "ag-", contiguity, window, reverse=False, size=size)
     coll = Collective("allreduce", lt.collective.ranks, lt.collective.chunkup)
     return then(rs, done.algorithm, coll), {**stages, **ag_stages}
 
 
-def combine_stage(lt: LogicalTopology, sketch, solver: SolverOptions) -> tuple[Algorithm, dict[str, StageReport]]:
+def combine_stage(lt: LogicalTopology, sketch, solver: SolverOptions,
+                  size: int | None = None) -> tuple[Algorithm, dict[str, StageReport]]:
     """The pipeline's entry for reduction collectives: ``lt.collective`` is reducescatter or allreduce.
 
     With a sketch, its sender map (which the reduction's logical topology leaves out) is taken from the
@@ -117,9 +127,9 @@ def combine_stage(lt: LogicalTopology, sketch, solver: SolverOptions) -> tuple[A
     senders = _allgather_senders(lt, sketch) if sketch is not None else {}
     name = lt.collective.name
     if name == "reducescatter":
-        algorithm, stages = reduce_scatter(lt, solver, heuristic, contiguity, window, senders)
+        algorithm, stages = reduce_scatter(lt, solver, heuristic, contiguity, window, senders, size)
     elif name == "allreduce":
-        algorithm, stages = all_reduce(lt, solver, heuristic, contiguity, window, senders)
+        algorithm, stages = all_reduce(lt, solver, heuristic, contiguity, window, senders, size)
     else:
         raise ValueError(f"combine builds reducescatter or allreduce, not {name}")
     algorithm = replace(algorithm, collective=lt.collective)

@@ -2,8 +2,11 @@
 
 * ``greedy``: :mod:`autotaccl.synth.greedy` (seconds, any size).
 * ``milp``: TACCL's stages, routing MILP -> ordering heuristic -> scheduling MILP (and combine for
-  ReduceScatter/AllReduce). When a model would be too big for the solver, or the solver stops without
-  any solution, the greedy schedule is returned instead, with status ``fallback``.
+  ReduceScatter/AllReduce), the routing MILP warm-started from the greedy schedule's routing. The
+  MILP's algorithm and the greedy one are both simulated at ``options.size`` and the faster is
+  returned (stage ``select`` says which; status ``heuristic`` when greedy won), so the MILP engine is
+  never slower than the greedy one at the target size. When a model would be too big for the solver,
+  or the solver stops without any solution, the greedy schedule is returned, with status ``fallback``.
 """
 from __future__ import annotations
 
@@ -136,26 +139,58 @@ def _milp(lt: LogicalTopology, options: SynthOptions, sketch) -> tuple[Algorithm
     if candidates > MAX_ROUTING_CANDIDATES:
         return _fallback(lt, options, sketch, f"{candidates} routing candidates exceed {MAX_ROUTING_CANDIDATES}")
     stages: dict[str, StageReport] = {}
+    quick, quick_stages, _ = _greedy(lt, options, sketch)
     try:
         if coll.is_reduction:
             from .combine import combine_stage
-            algorithm, stages = combine_stage(lt, sketch, solver)
+            algorithm, stages = combine_stage(lt, sketch, solver, size=options.size)
         else:
-            algorithm, stages = _forward(lt, sketch, solver)
+            algorithm, stages = _forward(lt, sketch, solver, start=routing_of(quick))
     except NoSolutionError as err:
         return _fallback(lt, options, sketch, str(err))
     except LicenceLimitError as err:   # only when gurobi was asked for by name; auto falls back to highs
         raise InputError("--solver", "gurobi", f"a solver that admits this model ({err}); use auto or highs") from None
     worst = "optimal" if all(s.status in ("optimal", "heuristic") for s in stages.values()) else "time_limit"
+    chosen, report = _select(lt, options.size, algorithm, quick)
+    stages = {**quick_stages, **stages, "select": report}
+    if chosen is quick:
+        return quick, stages, "heuristic"
     return algorithm, stages, worst
 
 
-def _forward(lt: LogicalTopology, sketch, solver: SolverOptions) -> tuple[Algorithm, dict]:
+def routing_of(algorithm: Algorithm) -> tuple[tuple[int, int, int], ...]:
+    """The (chunk, src, dst) sends of an algorithm, in program order (a routing-MILP start)."""
+    return tuple((c, t.src, t.dst) for t in algorithm.transfers for c in t.chunks)
+
+
+def _select(lt: LogicalTopology, size: int, milp: Algorithm, quick: Algorithm) -> tuple[Algorithm, StageReport]:
+    """The faster of the MILP's and the greedy algorithm, simulated at ``size`` (greedy on exact ties:
+    it has fewer steps more often than not, and is what the MILP was started from)."""
+    from ..simulate import simulate
+    from ..sizes import format_size
+
+    began = time.perf_counter()
+    times = {}
+    for label, algorithm in (("milp", milp), ("greedy", quick)):
+        try:
+            times[label] = simulate(algorithm, lt.graph, size).time_us
+        except RuntimeError as err:     # a simulator fault must not sink synthesis: that candidate loses
+            log.warning("select: the simulator failed on the %s algorithm (%s)", label, err)
+            times[label] = float("inf")
+    winner = "milp" if times["milp"] < times["greedy"] * (1 - 1e-9) else "greedy"
+    message = (f"{winner} kept: milp {times['milp']:.2f} us, greedy {times['greedy']:.2f} us "
+               f"at {format_size(size)}")
+    log.info("select: %s", message)
+    report = StageReport(time.perf_counter() - began, 0, 0, "heuristic", "simulator", message)
+    return (milp if winner == "milp" else quick), report
+
+
+def _forward(lt: LogicalTopology, sketch, solver: SolverOptions, start=None) -> tuple[Algorithm, dict]:
     from .ordering import order
     from .routing import RoutingOptions, route
     from .scheduling import ScheduleOptions, schedule
 
-    routed = route(lt, RoutingOptions(milp=solver))
+    routed = route(lt, RoutingOptions(milp=solver, start=start))
     ordered = order(lt, routed, sketch.ordering)
     scheduled = schedule(lt, routed, ordered, ScheduleOptions(milp=solver, contiguity=sketch.contiguity,
                                                               batch_window=sketch.batch_window))

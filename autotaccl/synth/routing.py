@@ -9,7 +9,8 @@ Differences from the reference, on purpose:
   rotations is one column.
 * Single-node sketches work; ``minmax``/``maxmin`` and non-``uc`` switch strategies have objectives.
 * Load bounds are per shared resource (the capacity-graph arcs an edge holds: NVLink bundle, switch
-  port, PCIe hop, NIC), each transfer costing ``lt.cost_us``, so a NIC shared by several logical
+  port, PCIe hop, NIC), each transfer costing its bandwidth time (its alpha goes into arrivals only,
+  like the reference's ``invbw`` loads: batching pays one alpha for many chunks), so a NIC shared by several logical
   links is counted once.
 
 The objective is the makespan bound ``T >= arrival(c, r)`` and ``T >= load(resource)``.
@@ -40,7 +41,14 @@ class RoutingOptions:
     slack: int | None = None         # extra hops allowed beyond the sketch's shortest route; None = auto:
                                      # 1 while that keeps at most `auto_slack_limit` candidates, else 0
     auto_slack_limit: int = 4_000   # transfer columns (after symmetry) that slack 1 may create
+    load_alpha: float = 0.0           # share of a transfer's alpha charged to resource loads (arrivals pay it
+                                     # whole): batching and pipelining pay one alpha for many chunks, and
+                                     # charging it per chunk makes the model spread chunks over slow links
+    traffic_weight: float = 1e-3     # weight of the summed bandwidth time of all transfers, per transfer
     tie_weight: float = 1e-3         # weight of the unique-connection / min-max terms, relative to one transfer
+    start: tuple[Send, ...] | None = None   # a known routing (e.g. the greedy schedule's sends) as the MIP start;
+                                            # its links join the candidates; symmetric chunks take their
+                                            # orbit representative's tree (a non-symmetric start is dropped)
 
 
 @dataclass(frozen=True)
@@ -242,6 +250,20 @@ def route(lt: LogicalTopology, options: RoutingOptions = RoutingOptions()) -> Ro
     if options.slack is None and sum(map(len, cand.values())) > options.auto_slack_limit * _group_order(perms):
         slack = 0
         cand = {c: chunk_edges(lt, c, slack) for c in range(C)}
+    given = _start_trees(lt, options.start) if options.start else None
+    if given is not None:
+        extra = {(c, u, v) for c, tree in given.items() for v, u in tree.items() if (u, v) not in cand[c]}
+        todo = list(extra)
+        while todo:                       # keep the candidate sets symmetric: add the images too
+            c, u, v = todo.pop()
+            for sigma, cmap in perms:
+                image = (cmap[c], sigma[u], sigma[v])
+                if image not in extra:
+                    extra.add(image)
+                    todo.append(image)
+        for c, u, v in extra:
+            cand[c].append((u, v))
+        cand = {c: sorted(set(edges)) for c, edges in cand.items()}
     triples = [(c, u, v) for c in range(C) for u, v in cand[c]]
     sources = {c: next(iter(coll.precondition(c))) for c in range(C)}
 
@@ -300,10 +322,12 @@ def route(lt: LogicalTopology, options: RoutingOptions = RoutingOptions()) -> Ro
 
     # load on every shared resource (NVLink bundle, switch port, PCIe hop, NIC)
     load: dict = {}
+    alpha = {e: float(lt.graph.edges[e]["alpha_us"]) for e in cost}
+    share = {e: cost[e] - (1.0 - options.load_alpha) * alpha[e] for e in cost}
     for c, u, v in triples:
         for arc in lt.resources(u, v):
             load.setdefault(arc, {}).setdefault(col_x[(c, u, v)], 0.0)
-            load[arc][col_x[(c, u, v)]] += cost[(u, v)]
+            load[arc][col_x[(c, u, v)]] += share[(u, v)]
     for arc, terms in sorted(load.items(), key=lambda kv: str(kv[0])):
         cols = list(terms)
         rows.add([T] + cols, [1.0] + [-terms[k] for k in cols], ">=", 0.0)
@@ -313,6 +337,11 @@ def route(lt: LogicalTopology, options: RoutingOptions = RoutingOptions()) -> Ro
 
     objective = {T: 1.0}
     unit = options.tie_weight * float(np.mean(list(cost.values()))) if cost else 0.0
+    # tie-break: least total traffic (once arrivals bound T, loads are slack and nothing else would stop
+    # a chunk from crossing the network twice, which costs dearly at sizes where bandwidth dominates)
+    for c, u, v in triples:
+        col = col_x[(c, u, v)]
+        objective[col] = objective.get(col, 0.0) + options.traffic_weight * share[(u, v)]
     if lt.intranode_strategy == "switch":
         sign = 1.0 if lt.switch_objective == "uc-min" else -1.0
         for y in _unique_connections(lt, m, triples, col_x):
@@ -328,13 +357,24 @@ def route(lt: LogicalTopology, options: RoutingOptions = RoutingOptions()) -> Ro
         objective[u_col] = unit if lt.intranode_strategy == "minmax" else -unit
     m.set_objective(list(objective), list(objective.values()))
 
-    start = _greedy_start(lt, cand, reps, sources, cost, col_x, col_a, T, load)
+    start, start_from = None, "none"
+    if given is not None:
+        start = _tree_start(lt, {c: given[c] for c in reps}, cand, reps, sources, cost, col_x, col_a, T, load)
+        if start is None:
+            log.info("routing: the given start is not symmetric under the sketch's rotations; dropped")
+        else:
+            start_from = "given"
+    if start is None:
+        start = _greedy_start(lt, cand, reps, sources, cost, col_x, col_a, T, load)
+        start_from = "shortest-path" if start is not None else "none"
     if start is not None:
         # the start's makespan bounds every useful time (plus what the tie-break terms could be worth),
         # which keeps the big-M rows of the arrival indicators tight
         cols, values = start
-        t_start = dict(zip(cols, values))[T]
-        tight = t_start + abs(unit) * (len(objective) + 1) + 1e-6
+        given_values = dict(zip(cols, values))
+        t_start = given_values[T]
+        traffic = sum(coef * given_values.get(col, 0.0) for col, coef in objective.items() if col != T and coef > 0)
+        tight = t_start + traffic + abs(unit) * (len(objective) + 1) + 1e-6
         times = set(col_a.values()) | {T}
         ub = m.ub
         for col in times:
@@ -353,7 +393,7 @@ def route(lt: LogicalTopology, options: RoutingOptions = RoutingOptions()) -> Ro
     arrival = {(c, r): float(vals[col_a[(c, r)]]) for c, r in arr_items}
     _check_trees(lt, sends, sources)
     report = StageReport(time.perf_counter() - began, sol.variables, sol.constraints, sol.status, sol.solver,
-                         f"slack {slack}" + (f"; {sol.message}" if sol.message else ""))
+                         f"slack {slack}; start {start_from}" + (f"; {sol.message}" if sol.message else ""))
     log.info("routing: %d sends, bound %.1f us, %s", len(sends), sol.objective or 0.0, report)
     return Routing(tuple(sends), arrival, float(vals[T]), report)
 
@@ -427,11 +467,10 @@ def _greedy_start(lt, cand, reps, sources, cost, col_x, col_a, T, load):
     """
     import heapq
 
-    values: dict[int, float] = {}
+    trees: dict[int, dict[int, int]] = {}
     for c in reps:
-        edges = cand[c]
         out: dict[int, list[int]] = {}
-        for u, v in edges:
+        for u, v in cand[c]:
             out.setdefault(u, []).append(v)
         src = sources[c]
         best = {src: 0.0}
@@ -447,23 +486,60 @@ def _greedy_start(lt, cand, reps, sources, cost, col_x, col_a, T, load):
                 if t + cost[(u, v)] < best.get(v, float("inf")) - 1e-12:
                     best[v], parent[v] = t + cost[(u, v)], u
                     heapq.heappush(heap, (best[v], v))
-        post = lt.collective.postcondition(c)
         needed = set()
-        for r in post - {src}:
+        for r in lt.collective.postcondition(c) - {src}:
             while r != src and r not in needed:
                 needed.add(r)
                 r = parent[r]
-        chosen = {(parent[v], v) for v in needed}
-        for u, v in edges:
-            if not _put(values, col_x[(c, u, v)], 1.0 if (u, v) in chosen else 0.0):
+        trees[c] = {v: parent[v] for v in needed}
+    return _tree_start(lt, trees, cand, reps, sources, cost, col_x, col_a, T, load)
+
+
+def _start_trees(lt: LogicalTopology, sends) -> dict[int, dict[int, int]] | None:
+    """chunk -> {rank: parent} from a routing's sends (first arrival kept), or None if it is not a routing."""
+    coll = lt.collective
+    trees: dict[int, dict[int, int]] = {c: {} for c in range(coll.num_chunks)}
+    for c, u, v in sends:
+        if not 0 <= c < coll.num_chunks or (u, v) not in lt.edges:
+            log.info("routing: start send %s is not a link of the sketch; start dropped", (c, u, v))
+            return None
+        trees[c].setdefault(v, u)
+    try:
+        _check_trees(lt, [(c, u, v) for c, tree in trees.items() for v, u in tree.items()],
+                     {c: next(iter(coll.precondition(c))) for c in trees})
+    except AssertionError as err:
+        log.info("routing: the start is not a routing (%s); dropped", err)
+        return None
+    return trees
+
+
+def _tree_start(lt, trees, cand, reps, sources, cost, col_x, col_a, T, load):
+    """Column values for one tree per representative chunk (``trees[c]``: rank -> parent), or None when
+    the trees disagree on a column that symmetry shares, or use a link outside the candidates."""
+    values: dict[int, float] = {}
+    for c in reps:
+        tree, src = trees[c], sources[c]
+        if any((u, v) not in cost or (c, u, v) not in col_x for v, u in tree.items()):
+            return None
+        arrive = {src: 0.0}
+
+        def at(r: int) -> float:
+            if r not in arrive:
+                arrive[r] = at(tree[r]) + cost[(tree[r], r)]
+            return arrive[r]
+
+        for v in tree:
+            at(v)
+        for u, v in cand[c]:
+            if not _put(values, col_x[(c, u, v)], 1.0 if tree.get(v) == u else 0.0):
                 return None
-        for r in {src} | {v for _, v in edges}:
-            # unreached ranks get an arrival no relay can use (it is never read: nothing forwards from them)
-            if not _put(values, col_a[(c, r)], best[r] if r in needed or r == src else best.get(r, 0.0)):
+        for r in {src} | {v for _, v in cand[c]}:
+            # unreached ranks get arrival 0 (never read: nothing forwards from them)
+            if not _put(values, col_a[(c, r)], arrive.get(r, 0.0)):
                 return None
     span = 0.0
     for terms in load.values():
-        span = max(span, sum(coef * values[col] for col, coef in terms.items()))
+        span = max(span, sum(coef * values.get(col, 0.0) for col, coef in terms.items()))
     arrivals = [values[col_a[(c, r)]] for c in reps for r in lt.collective.postcondition(c) if (c, r) in col_a]
     values[T] = max([span] + arrivals)
     cols = sorted(values)
