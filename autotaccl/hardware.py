@@ -16,6 +16,7 @@ import yaml
 
 from .errors import InputError
 from .resources import data_dir
+from .safety import safe_name
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,10 @@ def load_hardware(spec: str | Path, chunk_bytes: int | None = None, cost_scale: 
                              f"a profile file or one of: {', '.join(available_profiles())}")
     if not path.is_file():
         raise InputError(str(path), "file", "an existing hardware profile (YAML) or TACCL topology (JSON)")
-    text = path.read_text()
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise InputError(str(path), "file", "a UTF-8 text file") from None
     if path.suffix.lower() == ".json":
         try:
             data = json.loads(text)
@@ -151,9 +155,7 @@ def profile_from_dict(data: Any, source: str) -> HardwareProfile:
     for key in ("name", "gpus_per_node", "link_classes"):
         if key not in data:
             raise r.fail(key, "a value (required field)")
-    name = data["name"]
-    if not isinstance(name, str) or not name:
-        raise r.fail("name", "a non-empty string")
+    name = safe_name(data["name"], source, "name")   # it names experiments, studies and their files
     gpus = r.integer(data["gpus_per_node"], "gpus_per_node", 1, 4096)
 
     classes: dict[str, LinkClass] = {}
@@ -356,7 +358,8 @@ def profile_from_taccl(data: Any, source: str, chunk_bytes: int, cost_scale: flo
         if per_nic is None:
             raise r.fail("nics_per_node", f"a divisor of gpus_per_node ({gpus})")
         nics = [Nic("ib", {g: None for g in range(k * per_nic, (k + 1) * per_nic)}) for k in range(count)]
-    return HardwareProfile(name=str(data.get("name", Path(source).stem)), gpus_per_node=gpus,
+    name = safe_name(str(data.get("name", Path(source).stem)), source, "name")
+    return HardwareProfile(name=name, gpus_per_node=gpus,
                            link_classes=classes, links=tuple(links), switches=tuple(switches),
                            nics=tuple(nics), source=source,
                            description=f"TACCL profile for {chunk_bytes}-byte chunks, cost scale {scale:g}")

@@ -5,6 +5,7 @@ import argparse
 import logging
 
 from ..errors import InputError
+from ..safety import check_tune_args
 from ..sizes import format_size
 
 
@@ -57,6 +58,7 @@ def run(args) -> int:
 
     from ..tuning.sweep import TuneRequest, tune
 
+    check_tune_args(args)      # names, paths and URLs: before anything is created
     if args.runner == "nccl-tests" and not args.binary:
         raise InputError("--binary", "(missing)", "the nccl-tests binary or build directory for --runner nccl-tests")
     if args.timeout is not None and args.timeout <= 0:

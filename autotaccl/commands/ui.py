@@ -10,6 +10,7 @@ import urllib.request
 from pathlib import Path
 
 from ..errors import InputError
+from ..safety import tracking_uri
 
 
 def register(subparsers) -> None:
@@ -47,7 +48,7 @@ def run(args) -> int:
     if not 0 < args.port < 65536:
         raise InputError("--port", str(args.port), "a TCP port 1..65535")
     if args.tracking_uri:
-        uri = tracking.existing_store(args.tracking_uri)
+        uri = tracking.existing_store(tracking_uri(args.tracking_uri))
     else:
         db = Path(args.out) / "mlflow.db"
         if not db.is_file():

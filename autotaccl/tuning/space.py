@@ -17,6 +17,7 @@ from ..collectives import canonical_name
 from ..errors import InputError
 from ..hardware import HardwareProfile, load_hardware
 from ..resources import data_dir
+from ..safety import safe_name
 from ..sizes import format_size, parse_size, parse_size_range
 from ..topology import build_topology
 
@@ -246,9 +247,7 @@ def space_from_dict(data: Any, source: str, default_name: str = "space", base_di
     unknown = sorted(set(map(str, data)) - _TOP_KEYS)
     if unknown:
         raise fail(unknown[0], f"one of the known fields: {', '.join(sorted(_TOP_KEYS))}")
-    name = data.get("name", default_name)
-    if not isinstance(name, str) or not name.strip():
-        raise fail("name", "a non-empty string")
+    name = safe_name(data.get("name", default_name), source, "name")
 
     # target
     target = data.get("target")

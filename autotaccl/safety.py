@@ -1,0 +1,91 @@
+"""Checks on names, paths and storage URLs a user gives, made before anything is written.
+
+Names that become file or directory names (hardware profile names, which make experiment and study
+names; ``--study``; search space names) must be one harmless path component. Names read back from a
+tracking store are sanitised with :func:`file_stem` instead, since the store may hold anything.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .errors import InputError
+
+NAME_EXPECTED = "a name of 1-128 printable characters without '/', '\\' or a leading '.' (it becomes a file name)"
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f/\\]")
+_STEM = re.compile(r"[^A-Za-z0-9._+-]+")
+TRACKING_SCHEMES = ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
+
+
+def safe_name(value: object, source: str, field: str) -> str:
+    """``value`` if it can be a single file name component; InputError(source, field) otherwise."""
+    if not isinstance(value, str) or not value.strip() or len(value) > 128 or _UNSAFE.search(value) \
+            or value.startswith("."):
+        raise InputError(source, field, NAME_EXPECTED)
+    return value
+
+
+def file_stem(text: str) -> str:
+    """``text`` reduced to a harmless file name stem: ``../../etc/x`` -> ``etc_x``."""
+    stem = _STEM.sub("_", str(text)).strip("._")
+    return stem[:128] or "unnamed"
+
+
+def path_arg(value: str, flag: str) -> str:
+    """A path argument: non-empty and without NUL bytes (the OS would refuse it mid-run)."""
+    if not value or "\x00" in value:
+        raise InputError(flag, repr(value), "a non-empty path without NUL bytes")
+    return value
+
+
+def storage_url(value: str, flag: str = "--storage") -> str:
+    """An Optuna storage: an SQLAlchemy URL whose driver is installed, or a journal file path."""
+    path_arg(value, flag)
+    if "://" not in value:
+        if Path(value).is_dir():
+            raise InputError(flag, repr(value), "a journal file path, not a directory")
+        return value
+    from sqlalchemy.engine import make_url
+
+    expected = "a database URL Optuna can open (sqlite:///FILE, postgresql://..., mysql://...) or a journal file"
+    try:
+        url = make_url(value)
+        url.get_dialect().import_dbapi()
+    except Exception as err:   # ArgumentError, NoSuchModuleError, a missing driver (ImportError)
+        raise InputError(flag, repr(value), f"{expected} ({type(err).__name__}: {err})".replace("\n", " ")) from None
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        _parent_exists(url.database, value, flag)
+    return value
+
+
+def tracking_uri(value: str, flag: str = "--tracking-uri") -> str:
+    """An MLflow tracking URI with a scheme MLflow supports (a new SQLite file's directory must exist)."""
+    path_arg(value, flag)
+    if "://" not in value:
+        return value        # a local directory (MLflow's file store)
+    scheme = value.split("://", 1)[0].split("+", 1)[0].lower()
+    if scheme not in TRACKING_SCHEMES:
+        raise InputError(flag, repr(value), f"a tracking URI with one of the schemes {', '.join(TRACKING_SCHEMES)}")
+    if scheme == "sqlite":
+        from sqlalchemy.engine import make_url
+
+        database = make_url(value).database
+        if database not in (None, "", ":memory:"):
+            _parent_exists(database, value, flag)
+    return value
+
+
+def _parent_exists(database: str, value: str, flag: str) -> None:
+    if not Path(database).parent.is_dir():
+        raise InputError(flag, repr(value), f"a database file in an existing directory ({Path(database).parent} is not one)")
+
+
+def check_tune_args(args) -> None:
+    """``autotaccl tune``'s --out, --storage, --tracking-uri and --study, before the run directory exists."""
+    path_arg(args.out, "--out")
+    if args.storage is not None:
+        storage_url(args.storage)
+    if args.tracking_uri is not None:
+        tracking_uri(args.tracking_uri)
+    if args.study is not None:
+        safe_name(args.study, "--study", repr(args.study))
