@@ -25,6 +25,12 @@ def register(subparsers) -> None:
     p.add_argument("--study", help="study name (default <hardware>x<nodes>-<collective>)")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default sqlite:///OUT/mlflow.db)")
     p.add_argument("--workers", type=int, default=1, help="worker processes sharing the storage (default 1)")
+    p.add_argument("--resume", action="store_true",
+                   help="join or continue an existing study (error if there is none) and replay MLflow runs "
+                        "recorded while the tracking server was unreachable")
+    p.add_argument("--heartbeat", type=float, default=60.0,
+                   help="seconds between a running trial's heartbeats; a trial silent for 3 of them is failed "
+                        "and retried by another worker (default 60)")
     p.add_argument("--sampler", default="tpe", choices=("tpe", "random", "bruteforce"))
     p.add_argument("--seed", type=int, help="sampler seed")
     p.add_argument("--out", default="autotaccl-runs", help="run directory (default ./autotaccl-runs)")
@@ -63,6 +69,13 @@ def run(args) -> int:
         raise InputError("--binary", "(missing)", "the nccl-tests binary or build directory for --runner nccl-tests")
     if args.timeout is not None and args.timeout <= 0:
         raise InputError("--timeout", str(args.timeout), "a positive number of seconds")
+    if not args.heartbeat >= 1:
+        raise InputError("--heartbeat", str(args.heartbeat), "a number of seconds >= 1")
+    import os
+
+    from ..cluster.heartbeat import ENV_INTERVAL
+
+    os.environ[ENV_INTERVAL] = str(args.heartbeat)      # read by this process and the workers it starts
     if not 0 <= args.margin <= 10:
         raise InputError("--margin", str(args.margin), "a fraction such as 0.1")
     if not args.verbose:
@@ -71,7 +84,7 @@ def run(args) -> int:
     request = TuneRequest(space=args.space, trials=args.trials, timeout=args.timeout, runner=args.runner,
                           runner_options=runner_options(args), storage=args.storage, study=args.study,
                           tracking_uri=args.tracking_uri, workers=args.workers, sampler=args.sampler, seed=args.seed,
-                          out=args.out, margin=args.margin, synth_time_limit=args.synth_time_limit,
+                          out=args.out, resume=args.resume, margin=args.margin, synth_time_limit=args.synth_time_limit,
                           progress=not args.no_progress and not args.json)
     from ..collectives import canonical_name
 

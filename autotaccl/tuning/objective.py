@@ -19,6 +19,8 @@ from optuna.trial import TrialState
 from runners.launch import JobError
 
 from ..algorithm import VerificationError, to_json
+from ..cluster import outbox
+from ..cluster.lease import measuring
 from ..errors import InfeasibleError, InputError
 from ..lowering import LoweringError
 from ..sizes import format_size
@@ -139,7 +141,11 @@ class Objective:
                 if cfg.runner == "nccl-tests":
                     st = record["settings"]
                     xml = lower_xml(synth.algorithm, st.protocol, st.instances)
-                times, frame = runner_times(synth.algorithm, self.reference.sizes, cfg.runner, cfg.runner_options, xml)
+                with measuring(cfg.storage, cfg.out_dir, cfg.runner, cfg.runner_options) as window:
+                    trial.set_user_attr("measure_hosts", list(window.hosts))
+                    times, frame = runner_times(synth.algorithm, self.reference.sizes, cfg.runner,
+                                                cfg.runner_options, xml)
+                trial.set_user_attr("measure_window", [window.start, window.end])
             except (WrongResults, LoweringError, JobError) as err:   # bad runner options (InputError) stop the sweep
                 self._fail(trial, record, f"{cfg.runner} runner: {err}")
             record["results"] = size_results(times, self.reference, cfg.collective, self.ranks, simulated=False)
@@ -205,10 +211,13 @@ class Objective:
             metrics["objective"] = value
             tags["fidelity"] = record["fidelity"]
         tags["verified"] = "true" if state == "COMPLETE" else "false"
-        run_id = tracking.log_run(self.client, cfg.experiment_id, f"trial-{trial.number}",
-                                  parent_run_id=cfg.parent_run_id, params=params, metrics=metrics, tags=tags,
-                                  artifacts=artifacts, state=state, curves=curves)
-        trial.set_user_attr("mlflow_run_id", run_id)
+        run_id = outbox.log_run(self.client, cfg.out_dir, cfg.experiment_id, f"trial-{trial.number}",
+                                parent_run_id=cfg.parent_run_id, params=params, metrics=metrics, tags=tags,
+                                artifacts=artifacts, state=state, curves=curves)
+        if run_id is None:       # the tracking server was unreachable: recorded locally, replayed later
+            trial.set_user_attr("mlflow_pending", True)
+        else:
+            trial.set_user_attr("mlflow_run_id", run_id)
 
     def _plot(self, number: int, results: list[SizeResult]) -> bytes:
         from dashboards.plots import busbw_figure, png_bytes

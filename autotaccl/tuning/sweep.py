@@ -11,7 +11,6 @@ Layout of a run directory (default ``./autotaccl-runs``)::
 from __future__ import annotations
 
 import logging
-import math
 import os
 import socket
 import subprocess
@@ -23,8 +22,6 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import optuna
-from optuna.storages import JournalStorage
-from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from ..algorithm import verify
@@ -54,6 +51,7 @@ class TuneRequest:
     sampler: str = "tpe"
     seed: int | None = None
     out: str = "autotaccl-runs"
+    resume: bool = False        # the study must exist already (several hosts: start one, --resume the rest)
     margin: float = 0.10
     synth_time_limit: float | None = 60.0
     progress: bool = True
@@ -97,10 +95,10 @@ def storage_spec(storage: str | None, out: Path) -> str:
 
 
 def open_storage(spec: str):
-    if "://" in spec:
-        return spec
-    Path(spec).parent.mkdir(parents=True, exist_ok=True)
-    return JournalStorage(JournalFileBackend(spec))
+    """RDB storages with heartbeats, or a journal file (autotaccl/cluster/heartbeat.py)."""
+    from ..cluster.heartbeat import open_storage as open_with_heartbeats
+
+    return open_with_heartbeats(spec)
 
 
 def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
@@ -153,7 +151,7 @@ def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, o
             storage: str) -> tuple[SweepConfig, optuna.Study]:
     """Reference, study, seeds, experiment and parent run for one collective: done once, by the driver."""
     name = space.experiment_name(collective)
-    study_name = f"{request.study}-{collective}" if request.study and len(space.collectives) > 1 else (request.study or name)
+    study_name = study_name_for(request, space, collective)
     sweeps = out / "sweeps"
     sweeps.mkdir(parents=True, exist_ok=True)
     graph = space.graph()
@@ -164,7 +162,10 @@ def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, o
         from .evaluate import runner_times
 
         def measure(algorithm):
-            return runner_times(algorithm, space.sizes, request.runner, request.runner_options)[0]
+            from ..cluster.lease import measuring
+
+            with measuring(storage, out, request.runner, request.runner_options):
+                return runner_times(algorithm, space.sizes, request.runner, request.runner_options)[0]
 
         ref = compute_reference(graph, collective, space.sizes, request.runner,
                                 None if request.runner == "sim" else measure)
@@ -253,8 +254,9 @@ def run_workers(config: SweepConfig, config_path: Path, study: optuna.Study, wor
     if workers <= 1:
         optimize(config, study, remaining, progress)
         return
-    share = math.ceil(remaining / workers)
-    cmd = [sys.executable, "-m", "autotaccl.tuning.worker", str(config_path), "--n-trials", str(share)]
+    # every worker may run them all: the study-wide count (cluster/loop.py) stops them, and a worker
+    # that outlives a killed one runs its retried trial
+    cmd = [sys.executable, "-m", "autotaccl.tuning.worker", str(config_path), "--n-trials", str(remaining)]
     procs = [subprocess.Popen([*cmd, "--index", str(i)]) for i in range(workers)]
     start = len([t for t in study.get_trials(deepcopy=False) if counted(t)])
     bar = _bar(remaining, progress)
@@ -293,15 +295,9 @@ def _bar(total: int, enabled: bool):
 
 def optimize(config: SweepConfig, study: optuna.Study, n_trials: int, progress: bool = False) -> None:
     """The worker loop: stop after ``n_trials`` here, or once the study has ``config.trials`` counted trials."""
-    objective = Objective(config)
-    target = config.trials
+    from ..cluster.loop import run_trials
 
-    def enough(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        if len([t for t in study.get_trials(deepcopy=False) if counted(t)]) >= target:
-            study.stop()
-
-    study.optimize(objective, n_trials=n_trials, timeout=config.timeout, catch=(TrialFailed,), callbacks=[enough],
-                   show_progress_bar=progress, gc_after_trial=False)
+    run_trials(config, study, Objective(config), counted, n_trials, failed_catch=(TrialFailed,))
 
 
 def summarize(study: optuna.Study, config: SweepConfig) -> StudySummary:
@@ -346,6 +342,19 @@ def finish_parent(client, summary: StudySummary) -> None:
     client.set_terminated(summary.parent_run_id, "FINISHED")
 
 
+def study_name_for(request: TuneRequest, space: SearchSpace, collective: str) -> str:
+    if request.study and len(space.collectives) > 1:
+        return f"{request.study}-{collective}"
+    return request.study or space.experiment_name(collective)
+
+
+def _require_study(storage: str, space: SearchSpace, request: TuneRequest, collective: str) -> None:
+    name = study_name_for(request, space, collective)
+    names = {s.study_name for s in optuna.get_all_study_summaries(open_storage(storage), include_best_trial=False)}
+    if name not in names:
+        raise InputError("--resume", name, f"an existing study in {storage} (start the sweep without --resume first)")
+
+
 def tune(request: TuneRequest, collectives: Sequence[str] | None = None) -> list[StudySummary]:
     """Run (or resume) one study per collective of the space; returns a summary per study."""
     space = load_space(request.space)
@@ -362,15 +371,24 @@ def tune(request: TuneRequest, collectives: Sequence[str] | None = None) -> list
     out.mkdir(parents=True, exist_ok=True)
     storage = storage_spec(request.storage, out)
     uri = request.tracking_uri or tracking.default_tracking_uri(out)
-    client = tracking.init_store(uri)
+    from ..cluster import locks, outbox
+
+    outbox.limit_client_retries()
+    with locks.Lock(storage, out, "prepare"):     # several `autotaccl tune` on one storage prepare one at a time
+        client = tracking.init_store(uri)
+        outbox.replay(out, client)
     summaries = []
     for collective in chosen:
-        config, study = prepare(request, space, collective, client, out, storage)
+        with locks.Lock(storage, out, "prepare"):
+            if request.resume:
+                _require_study(storage, space, request, collective)
+            config, study = prepare(request, space, collective, client, out, storage)
         done = len([t for t in study.get_trials(deepcopy=False) if counted(t)])
         remaining = request.trials - done
         log.info("%s: %d trial(s) done, %d to run", config.study_name, done, max(remaining, 0))
         run_workers(config, out / "sweeps" / f"{config.study_name}.json", study, request.workers, remaining,
                     request.progress)
+        outbox.replay(out, client)
         summary = summarize(study, config)
         finish_parent(client, summary)
         summaries.append(summary)

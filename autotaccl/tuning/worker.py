@@ -11,6 +11,9 @@ import sys
 from pathlib import Path
 
 import optuna
+from mlflow.tracking import MlflowClient
+
+from ..cluster import outbox
 
 from .objective import SweepConfig
 from .sweep import make_sampler, open_storage, optimize
@@ -28,7 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     seed = None if config.seed is None else config.seed + 1000 * (args.index + 1)
     study = optuna.load_study(study_name=config.study_name, storage=open_storage(config.storage),
                               sampler=make_sampler(config.sampler, seed))
+    outbox.limit_client_retries()
     optimize(config, study, args.n_trials)
+    outbox.replay(config.out_dir, MlflowClient(tracking_uri=config.tracking_uri))
     return 0
 
 

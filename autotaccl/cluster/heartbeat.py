@@ -1,0 +1,168 @@
+"""Heartbeats, and the reaper that fails and retries the trials of workers that died.
+
+RDB storages (PostgreSQL, SQLite) use Optuna's own heartbeats (``heartbeat_interval``/``grace_period``).
+``JournalStorage`` has none (ecosystem.md §1.3), so each running trial of a journal sweep touches a file
+``<journal>.heartbeats/<trial id>`` every interval; a trial whose file is older than the grace period
+(measured against a file the reaper touches itself, so host clocks do not matter) is stale.
+
+The reaper runs in every worker before it admits a trial: a stale trial gets ``failure_reason`` and
+``interrupted`` (so it does not count towards ``--trials``), becomes FAIL, and a clone of it is queued
+(``RetryHeartbeatStaleTrialCallback``, at most ``MAX_RETRY`` times), which the next worker runs.
+A hung benchmark keeps its worker beating, so runners bound every launch with their own time-out.
+"""
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import socket
+import threading
+import time
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+import optuna
+from optuna.storages import JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import FrozenTrial, TrialState
+
+log = logging.getLogger(__name__)
+
+MAX_RETRY = 2
+ENV_INTERVAL = "AUTOTACCL_HEARTBEAT"      # seconds between heartbeats (default 60; grace = 3 intervals)
+
+
+def interval() -> int:
+    return max(1, int(float(os.environ.get(ENV_INTERVAL, "60"))))
+
+
+def grace() -> int:
+    return 3 * interval()
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class RetryStale(RetryHeartbeatStaleTrialCallback):
+    """Optuna's retry, but the clone starts clean: it inherits params, not the dead trial's user attrs."""
+
+    def __init__(self, max_retry: int = MAX_RETRY) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            super().__init__(max_retry=max_retry)
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        history = [*trial.system_attrs.get("retry_history", []), trial.number]
+        if len(history) > MAX_RETRY:
+            log.warning("trial %d failed %d times; not retried again", trial.number, len(history))
+            return
+        system_attrs = {**trial.system_attrs, "failed_trial": trial.system_attrs.get("failed_trial", trial.number),
+                        "retry_history": history}
+        study.add_trial(optuna.create_trial(state=TrialState.WAITING, params=trial.params,
+                                            distributions=trial.distributions, system_attrs=system_attrs,
+                                            user_attrs={"retry_of": trial.number}))
+
+
+def open_storage(spec: str):
+    """A URL -> ``RDBStorage`` with heartbeats; a path -> ``JournalStorage`` on that file."""
+    if "://" in spec:
+        kwargs = {} if spec.startswith("sqlite") else {"pool_pre_ping": True}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return RDBStorage(spec, engine_kwargs=kwargs, heartbeat_interval=interval(), grace_period=grace(),
+                              heartbeat_stale_trial_callback=RetryStale(max_retry=MAX_RETRY))
+    Path(spec).parent.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(spec))
+
+
+def beat_dir(spec: str) -> Path | None:
+    """The heartbeat files of a journal storage (None for RDB storages, which beat in the database)."""
+    return None if "://" in spec else Path(spec).with_name(Path(spec).name + ".heartbeats")
+
+
+@contextmanager
+def beating(spec: str, trial_id: int) -> Iterator[None]:
+    """Touch the trial's heartbeat file every interval while the block runs (journal storages only)."""
+    folder = beat_dir(spec)
+    if folder is None:
+        yield
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / str(trial_id)
+    path.write_text(worker_id())
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(interval()):
+            try:
+                os.utime(path)
+            except OSError as err:          # a flaky shared file system: try again next beat
+                log.warning("heartbeat %s: %s", path, err)
+
+    thread = threading.Thread(target=run, name=f"heartbeat-{trial_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        path.unlink(missing_ok=True)
+
+
+def _fs_now(folder: Path) -> float:
+    """'Now' by the shared file system's clock: the mtime of a file touched just now."""
+    probe = folder / f".now-{socket.gethostname()}-{os.getpid()}"
+    probe.touch()
+    now = probe.stat().st_mtime
+    probe.unlink(missing_ok=True)
+    return now
+
+
+def stale_trials(study: optuna.Study, spec: str) -> list[FrozenTrial]:
+    storage = study._storage
+    if isinstance(storage, RDBStorage):
+        ids = set(storage._get_stale_trial_ids(study._study_id))    # what optuna.storages.fail_stale_trials uses
+        return [storage.get_trial(i) for i in ids]
+    folder = beat_dir(spec)
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    if folder is None or not running:
+        return []
+    folder.mkdir(parents=True, exist_ok=True)
+    now, wall = _fs_now(folder), time.time()
+    out = []
+    for t in running:
+        path = folder / str(t._trial_id)
+        try:
+            age = now - path.stat().st_mtime
+        except FileNotFoundError:      # not started beating (or an old sweep): judge by its start time
+            start = t.datetime_start or datetime.datetime.now()
+            age = wall - start.timestamp()
+        if age > grace():
+            out.append(t)
+    return out
+
+
+def reap(study: optuna.Study, spec: str, on_failed: Callable[[FrozenTrial, str], None] | None = None) -> list[int]:
+    """Fail the stale trials of dead workers, queue their retries; returns the failed trial numbers."""
+    failed = []
+    callback = RetryStale(max_retry=MAX_RETRY)
+    for t in stale_trials(study, spec):
+        reason = (f"worker {t.user_attrs.get('worker', '?')} stopped heartbeating for more than {grace()} s "
+                  f"(killed or cut off); the trial is retried")
+        try:
+            study._storage.set_trial_user_attr(t._trial_id, "failure_reason", reason)
+            study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
+            if not study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL):
+                continue
+        except optuna.exceptions.UpdateFinishedTrialError:    # it finished (or another reaper won) meanwhile
+            continue
+        frozen = study._storage.get_trial(t._trial_id)
+        callback(study, frozen)
+        log.warning("trial %d: %s", t.number, reason)
+        failed.append(t.number)
+        if on_failed is not None:
+            on_failed(frozen, reason)
+    return failed

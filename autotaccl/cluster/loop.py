@@ -1,0 +1,102 @@
+"""The worker loop: exactly ``config.trials`` counted trials across every worker of a study, none run twice.
+
+Each trial is admitted under the study's lock (``locks``): reap dead workers' trials, count the finished
+and running ones, and only if that is below the target, ask for a trial (Optuna pops a queued seed or
+retry first) and sample its parameters; the lock is released once the parameters are stored, so
+synthesis and measurement run in parallel while admissions, queue pops and samplers' views stay
+serial. This is exact on every backend (also SQLite, whose queue pop races without it, ecosystem.md
+§1.3). A worker with nothing to admit waits while other workers' trials run, in case one dies and its
+retry needs a worker; it exits when the study has its trials.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from ..errors import InputError
+from . import heartbeat, locks, outbox
+
+log = logging.getLogger(__name__)
+
+
+def run_trials(config, study: optuna.Study, objective, counted: Callable[[FrozenTrial], bool],
+               n_trials: int | None = None, failed_catch: tuple[type[Exception], ...] = ()) -> int:
+    """Run trials of ``study`` until it has ``config.trials`` counted ones (or ``n_trials`` here, or the
+    time-out); ``failed_catch`` are the objective's own failure exceptions. Returns trials run here."""
+    from ..tuning import tracking
+    from ..tuning.space import sample
+
+    gate = locks.Lock(config.storage, config.out_dir, f"admit:{config.study_name}")
+    client = objective.client if hasattr(objective, "client") else tracking.MlflowClient(config.tracking_uri)
+    deadline = None if config.timeout is None else time.monotonic() + config.timeout
+    poll = min(2.0, heartbeat.interval())
+    ran = 0
+
+    def on_reaped(trial: FrozenTrial, reason: str) -> None:
+        record_failure(client, config, trial, reason)
+
+    def admitted(trial: optuna.Trial) -> float:
+        trial.set_user_attr("worker", heartbeat.worker_id())
+        try:
+            sample(trial, objective.space)            # under the lock: concurrent samplers see each other
+        finally:
+            gate.release()
+        with heartbeat.beating(config.storage, trial._trial_id):
+            try:
+                return objective(trial)
+            except (optuna.TrialPruned, InputError, KeyboardInterrupt, optuna.exceptions.UpdateFinishedTrialError,
+                    *failed_catch):
+                raise
+            except Exception as err:       # anything else fails this trial only, with its reason
+                reason = f"unexpected error: {type(err).__name__}: {err}"
+                log.exception("trial %d: %s", trial.number, reason)
+                trial.set_user_attr("failure_reason", reason[:2000])
+                record_failure(client, config, study._storage.get_trial(trial._trial_id), reason)
+                raise _Failed(reason) from err
+
+    while n_trials is None or ran < n_trials:
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+        gate.acquire()
+        try:
+            heartbeat.reap(study, config.storage, on_reaped)
+            trials = study.get_trials(deepcopy=False)
+            retried = {n for t in trials for n in t.system_attrs.get("retry_history", ())}
+            done = sum(1 for t in trials if counted(t) and t.number not in retried)
+            running = sum(1 for t in trials if t.state == TrialState.RUNNING)
+            if done >= config.trials:
+                break
+            if done + running >= config.trials:      # wait: a running trial may die and need a retry
+                gate.release()
+                time.sleep(poll)
+                continue
+            try:
+                study.optimize(admitted, n_trials=1, catch=(*failed_catch, _Failed), gc_after_trial=False)
+            except optuna.exceptions.UpdateFinishedTrialError as err:
+                log.warning("a trial of this worker was failed by another worker's reaper meanwhile: %s", err)
+            ran += 1
+            if study._stop_flag:       # the sampler stopped the study (BruteForce: space exhausted)
+                break
+        finally:
+            gate.release()
+    return ran
+
+
+class _Failed(RuntimeError):
+    """An unexpected error in the objective, already recorded; fails the trial, not the worker."""
+
+
+def record_failure(client, config, trial: FrozenTrial, reason: str) -> None:
+    """The MLflow run of a trial that failed outside the objective's own accounting."""
+    from ..tuning import tracking
+
+    outbox.log_run(client, config.out_dir, config.experiment_id, f"trial-{trial.number}",
+                   parent_run_id=config.parent_run_id, params={k: v for k, v in trial.params.items()},
+                   tags={tracking.KIND: "trial", "state": "FAIL", "optuna.trial": trial.number,
+                         "optuna.study": config.study_name, "collective": config.collective,
+                         "failure_reason": reason[:5000], "verified": "false"},
+                   state="FAIL")
