@@ -24,6 +24,7 @@ import pandas as pd
 from autotaccl.algorithm import Algorithm
 from autotaccl.collectives import canonical_name
 from autotaccl.errors import InputError
+from autotaccl.safety import file_stem
 
 from . import launch
 from .results import DTYPES, check_dtype, check_op, frame
@@ -150,7 +151,7 @@ def measure(algorithm: Algorithm | str | Path, sizes: Sequence[int], *, binary: 
         work.mkdir(parents=True, exist_ok=True)
         if isinstance(algorithm, Algorithm):
             from autotaccl.lowering import LoweringOptions, lower
-            xml = work / f"{algorithm.name or 'algorithm'}.xml"
+            xml = work / f"{file_stem(algorithm.name or 'algorithm')}.xml"   # the name is the user's
             xml.write_text(lower(algorithm, LoweringOptions()))
             coll = algorithm.collective.name
         else:

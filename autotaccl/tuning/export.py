@@ -9,6 +9,7 @@ Everything is written to a temporary directory that replaces the output director
 """
 from __future__ import annotations
 
+import html
 import json
 import logging
 import math
@@ -22,6 +23,7 @@ import pandas as pd
 
 from ..algorithm import VerificationError, load_algorithm, verify
 from ..errors import InputError
+from ..safety import file_stem
 from ..sizes import format_size
 from . import tracking
 from .lowered import check, lower_xml
@@ -163,7 +165,13 @@ def _xml_for(client, rng: Range, workdir: Path) -> tuple[str | None, str]:
 
 
 def xml_name(rng: Range) -> str:
-    return f"{rng.experiment}-{format_size(rng.min_size)}-{format_size(rng.max_size)}.xml"
+    """A file name inside the export directory, whatever the experiment is called."""
+    return f"{file_stem(rng.experiment)}-{format_size(rng.min_size)}-{format_size(rng.max_size)}.xml"
+
+
+def _md(text: object) -> str:
+    """A Markdown table cell or list item: HTML-escaped (renderers pass HTML through), pipes escaped."""
+    return html.escape(str(text)).replace("|", "\\|").replace("\n", " ")
 
 
 def export(tracking_uri: str, experiments: Sequence[str] | None, out_dir: str | Path) -> list[Range]:
@@ -258,13 +266,14 @@ def markdown(table: pd.DataFrame) -> str:
     def span(r) -> str:
         return format_size(r.min_size) if r.min_size == r.max_size else f"{format_size(r.min_size)}–{format_size(r.max_size)}"
 
-    lines = [f"| {r.collective} | {r.target} | {span(r)} | {r.winner} | "
-             f"{r.protocol} | {r.speedup:.2f}x | {r.xml or '– (NCCL fallback)'} |" for r in table.itertuples()]
+    lines = [f"| {_md(r.collective)} | {_md(r.target)} | {span(r)} | {_md(r.winner)} | "
+             f"{_md(r.protocol)} | {r.speedup:.2f}x | {_md(r.xml) if r.xml else '– (NCCL fallback)'} |"
+             for r in table.itertuples()]
     return "# Best algorithm per collective and size\n\n" + head + "\n".join(lines) + "\n"
 
 
 def readme(ranges: Sequence[Range], notes: Sequence[str]) -> str:
-    xmls = [r.xml for r in ranges if r.xml]
+    xmls = [_md(r.xml) for r in ranges if r.xml]
     text = f"""# Exported collective algorithms
 
 `table.md` / `table.csv` / `table.json` list, per collective and buffer-size range, the fastest verified
@@ -285,7 +294,7 @@ Ranges won by a baseline have no XML: NCCL's own algorithm runs there.
 Files: {', '.join(xmls) if xmls else 'none (the baselines won everywhere)'}
 """
     if notes:
-        text += "\n## Notes\n\n" + "\n".join(f"* {n}" for n in notes) + "\n"
+        text += "\n## Notes\n\n" + "\n".join(f"* {_md(n)}" for n in notes) + "\n"
     return text
 
 
