@@ -38,6 +38,23 @@ def path_arg(value: str, flag: str) -> str:
     return value
 
 
+def output_file(value: str, flag: str = "-o") -> Path:
+    """A file to write: its directory exists and it is not itself a directory."""
+    path = Path(path_arg(value, flag))
+    if not path.parent.is_dir() or path.is_dir():
+        raise InputError(flag, repr(value), "a file path in an existing directory")
+    return path
+
+
+def output_dir(value: str, flag: str = "-o") -> Path:
+    """A directory to create or replace: it and its nearest existing ancestor are directories, not files."""
+    path = Path(path_arg(value, flag)).absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise InputError(flag, repr(value), f"a directory path ({existing} is a file)")
+    return path
+
+
 def storage_url(value: str, flag: str = "--storage") -> str:
     """An Optuna storage: an SQLAlchemy URL whose driver is installed, or a journal file path."""
     path_arg(value, flag)
@@ -82,7 +99,7 @@ def _parent_exists(database: str, value: str, flag: str) -> None:
 
 def check_tune_args(args) -> None:
     """``autotaccl tune``'s --out, --storage, --tracking-uri and --study, before the run directory exists."""
-    path_arg(args.out, "--out")
+    output_dir(args.out, "--out")
     if args.storage is not None:
         storage_url(args.storage)
     if args.tracking_uri is not None:

@@ -22,10 +22,10 @@ def run(args) -> int:
     from ..tuning.export import export
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)
-    from ..safety import path_arg, tracking_uri
+    from ..safety import output_dir, tracking_uri
 
     tracking_uri(args.tracking_uri)
-    path_arg(args.out, "-o")
+    output_dir(args.out, "-o")
     ranges = export(args.tracking_uri, args.experiment, args.out)
     for r in ranges:
         print(f"{r.experiment:<24} {format_size(r.min_size):>6}..{format_size(r.max_size):<6} {r.winner:<22} "

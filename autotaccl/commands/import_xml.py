@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..algorithm import save_algorithm
+from ..safety import output_file
 from ..xmlcheck.importer import import_xml
 
 
@@ -13,6 +14,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    output_file(args.output)
     algorithm = import_xml(args.xml)
     save_algorithm(algorithm, args.output)
     print(f"{args.output}: {algorithm.collective.name} on {algorithm.ranks} ranks, chunk-up "

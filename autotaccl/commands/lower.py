@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from ..algorithm import load_algorithm
 from ..lowering import LoweringOptions, lower
 from ..lowering.program import PROTOCOLS, RUNTIMES
+from ..safety import output_file
 from ..sizes import parse_size
 from ..xmlcheck import check_xml
 
@@ -31,6 +31,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    path = output_file(args.output)
     algorithm = load_algorithm(args.algorithm)
     inplace = True if args.inplace else (False if args.outofplace else None)
     outofplace = True if args.outofplace else (False if args.inplace else None)
@@ -43,7 +44,6 @@ def run(args) -> int:
     if not report.valid:   # a lowering bug: never ship it
         print(f"{args.algorithm}: the lowered XML fails its check, nothing written: {report.first}")
         return 1
-    path = Path(args.output)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
     tmp.replace(path)

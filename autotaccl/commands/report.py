@@ -16,10 +16,10 @@ def run(args) -> int:
     from dashboards.report import build_report
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)
-    from ..safety import path_arg, tracking_uri
+    from ..safety import output_dir, tracking_uri
 
     tracking_uri(args.tracking_uri)
-    path_arg(args.out, "-o")
+    output_dir(args.out, "-o")
     page = build_report(args.tracking_uri, args.experiment, args.out)
     print(f"wrote {page}")
     return 0
