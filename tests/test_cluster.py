@@ -37,3 +37,156 @@ def test_tune_processes_on_postgres_run_exactly_the_requested_trials_once(tmp_pa
     assert (runs["tags.autotaccl.kind"] == "sweep").sum() == 1     # one parent run, created by the first process
     states = collections.Counter(t.state for t in trials)
     assert states[TrialState.COMPLETE] == (trial_runs["tags.state"] == "COMPLETE").sum()
+
+
+def _journal_trials(path, study):
+    return optuna.load_study(study_name=study, storage=open_storage(str(path))).trials
+
+
+def test_killed_worker_is_reaped_retried_and_measurements_never_overlap(tmp_path, mlflow_server):
+    """Journal storage on a 'shared' directory, real 4-rank mpi measurements; one worker is SIGKILLed
+    mid-measurement, its trial is failed by the other worker's reaper and retried; a restarted worker
+    joins with --resume. The lease windows of all measurements are disjoint."""
+    import os
+    import signal
+    import time
+
+    space = write_space(tmp_path)
+    shared = tmp_path / "shared"
+    journal, study = shared / "study.journal", "killed"
+    args = ["--space", str(space), "--storage", str(journal), "--study", study, "--tracking-uri", mlflow_server.uri,
+            "--trials", "6", "--sampler", "random", "--runner", "mpi", "--np", "4", "--timeout-per-run", "60",
+            "--margin", "10", "--heartbeat", "1", "--out", str(shared / "out")]
+    a = subprocess.Popen(tune_cmd(*args, "--seed", "1"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    b = None
+    victim = None
+    deadline = time.monotonic() + 150
+    while victim is None and time.monotonic() < deadline and a.poll() is None:
+        time.sleep(0.1)
+        if b is None and journal.exists():
+            b = subprocess.Popen(tune_cmd(*args, "--seed", "2"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True)
+        if not journal.exists():
+            continue
+        for t in _journal_trials(journal, study):
+            if (t.state == TrialState.RUNNING and t.user_attrs.get("worker", "").endswith(f":{a.pid}")
+                    and "measure_hosts" in t.user_attrs and "measure_window" not in t.user_attrs):
+                os.kill(a.pid, signal.SIGKILL)        # mid-measurement, holding the host lease
+                victim = t.number
+                break
+    assert victim is not None, a.communicate(timeout=30)[0]
+    a.wait(timeout=30)
+    restarted = subprocess.run(tune_cmd(*args, "--seed", "3", "--resume"), capture_output=True, text=True,
+                               timeout=240)
+    assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+    out_b = b.communicate(timeout=240)[0]
+    assert b.returncode == 0, out_b
+
+    trials = _journal_trials(journal, study)
+    killed = trials[victim]
+    reason = killed.user_attrs["failure_reason"]     # on one host the dead pid is seen before the heartbeat ages
+    assert killed.state == TrialState.FAIL and f":{a.pid} process is gone; the trial is retried" in reason
+    (retry,) = [t for t in trials if t.user_attrs.get("retry_of") == victim]
+    assert retry.state == TrialState.COMPLETE and retry.params == killed.params
+    assert retry.system_attrs["failed_trial"] == victim
+    assert sum(counted(t) and t.number != victim for t in trials) == 6
+    assert all(t.state != TrialState.RUNNING for t in trials)
+    windows = sorted(t.user_attrs["measure_window"] for t in trials if "measure_window" in t.user_attrs)
+    assert len(windows) >= 4
+    assert all(prev[1] <= nxt[0] for prev, nxt in zip(windows, windows[1:])), windows     # never overlapping
+    workers = {t.user_attrs["worker"] for t in trials if "measure_window" in t.user_attrs}
+    assert len(workers) >= 2                                                   # measured by several workers
+
+    mlflow.set_tracking_uri(mlflow_server.uri)
+    runs = mlflow.search_runs(experiment_names=["pairx2-allgather"])
+    mine = runs[(runs["tags.autotaccl.kind"] == "trial") & (runs["tags.optuna.study"] == study)]
+    dead = mine[mine["tags.optuna.trial"] == str(victim)]
+    assert len(dead) == 1 and dead["status"].iloc[0] == "FAILED" and dead["tags.state"].iloc[0] == "FAIL"
+    assert dead["tags.failure_reason"].iloc[0] == reason
+    assert dead["tags.verified"].iloc[0] == "false"
+    assert sorted(mine["tags.optuna.trial"].astype(int)) == [t.number for t in trials]
+
+
+def test_silent_workers_on_other_hosts_are_reaped_after_the_grace_period(tmp_path, postgres, monkeypatch):
+    """Heartbeats decide when the worker is elsewhere: a journal file per trial, Optuna's heartbeat in PostgreSQL."""
+    import os
+    import time
+
+    from optuna.distributions import IntDistribution
+
+    from autotaccl.cluster.heartbeat import ENV_INTERVAL, beating, reap
+
+    monkeypatch.setenv(ENV_INTERVAL, "1")                     # grace: 3 s
+    space = {"x": IntDistribution(0, 9)}
+    for spec in (str(tmp_path / "s.journal"), postgres):
+        study = optuna.create_study(study_name=unique("stale"), storage=open_storage(spec))
+        alive, dead = study.ask(space), study.ask(space)
+        for t in (alive, dead):
+            t.set_user_attr("worker", "elsewhere:4242")
+        if "://" in spec:
+            study._storage.record_heartbeat(dead._trial_id)
+            study._storage.record_heartbeat(alive._trial_id)
+            time.sleep(2)
+            study._storage.record_heartbeat(alive._trial_id)
+            assert reap(study, spec) == []
+            time.sleep(2.2)                                      # dead: 4.2 s silent, alive: 2.2 s
+            study._storage.record_heartbeat(alive._trial_id)
+        else:
+            folder = tmp_path / "s.journal.heartbeats"
+            folder.mkdir()
+            (folder / str(dead._trial_id)).write_text("elsewhere:4242")
+            old = time.time() - 10
+            os.utime(folder / str(dead._trial_id), (old, old))   # a worker killed 10 s ago
+            with beating(spec, alive._trial_id):
+                time.sleep(3.5)                                  # longer than the grace, but beating
+                reasons = []
+                assert reap(study, spec, lambda t, r: reasons.append(r)) == [dead.number]
+                assert reasons == ["worker elsewhere:4242 stopped heartbeating for more than 3 s (killed or cut off); "
+                                   "the trial is retried"]
+        if "://" in spec:
+            assert reap(study, spec) == [dead.number]
+        trials = study.trials
+        assert trials[alive.number].state == TrialState.RUNNING
+        assert trials[dead.number].state == TrialState.FAIL and trials[dead.number].user_attrs["interrupted"]
+        (clone,) = [t for t in trials if t.state == TrialState.WAITING]
+        assert clone.params == trials[dead.number].params and clone.user_attrs == {"retry_of": dead.number}
+
+
+def test_an_unreachable_mlflow_server_is_recorded_locally_and_replayed(tmp_path, mlflow_server):
+    """The tracking server is killed mid-sweep and restarted: the sweep goes on, no run is lost or doubled."""
+    import time
+
+    from autotaccl.cluster import outbox
+
+    space = write_space(tmp_path)
+    journal, out = tmp_path / "study.journal", tmp_path / "out"
+    proc = subprocess.Popen(tune_cmd("--space", str(space), "--storage", str(journal), "--study", "outage",
+                                     "--tracking-uri", mlflow_server.uri, "--trials", "45", "--sampler", "random",
+                                     "--seed", "5", "--heartbeat", "1", "--out", str(out)),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def trials():
+        return _journal_trials(journal, "outage") if journal.exists() else []
+
+    def wait_for(check, seconds=120):
+        deadline = time.monotonic() + seconds
+        while not check() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+
+    wait_for(lambda: sum(t.state == TrialState.COMPLETE for t in trials()) >= 3)
+    mlflow_server.stop()
+    wait_for(lambda: sum(bool(t.user_attrs.get("mlflow_pending")) for t in trials()) >= 2)
+    assert outbox.pending(out) >= 1
+    mlflow_server.start()
+    output = proc.communicate(timeout=240)[0]
+    assert proc.returncode == 0, output
+    assert "unreachable" in output and "mlflow-pending" in output
+    final = trials()
+    assert len(final) == 45 and all(counted(t) for t in final)
+    assert sum(bool(t.user_attrs.get("mlflow_pending")) for t in final) >= 2
+    assert outbox.pending(out) == 0
+    mlflow.set_tracking_uri(mlflow_server.uri)
+    runs = mlflow.search_runs(experiment_names=["pairx2-allgather"])
+    mine = runs[(runs["tags.autotaccl.kind"] == "trial") & (runs["tags.optuna.study"] == "outage")]
+    assert sorted(mine["tags.optuna.trial"].astype(int)) == list(range(45))     # each trial exactly one run
+    assert (mine["status"] == "FINISHED").sum() == sum(t.state == TrialState.COMPLETE for t in final)

@@ -25,6 +25,7 @@ from typing import Callable, Iterator
 
 import optuna
 from optuna.storages import JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
@@ -121,19 +122,41 @@ def _fs_now(folder: Path) -> float:
     return now
 
 
-def stale_trials(study: optuna.Study, spec: str) -> list[FrozenTrial]:
-    storage = study._storage
-    if isinstance(storage, RDBStorage):
-        ids = set(storage._get_stale_trial_ids(study._study_id))    # what optuna.storages.fail_stale_trials uses
-        return [storage.get_trial(i) for i in ids]
-    folder = beat_dir(spec)
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _orphaned(trial: FrozenTrial) -> bool:
+    """Its worker ran on this host and its process is gone (no need to wait for the grace period)."""
+    host, _, pid = str(trial.user_attrs.get("worker", "")).rpartition(":")
+    return host == socket.gethostname() and pid.isdigit() and not _alive(int(pid))
+
+
+def stale_trials(study: optuna.Study, spec: str) -> list[tuple[FrozenTrial, str]]:
+    """RUNNING trials whose worker is dead, with the reason."""
     running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-    if folder is None or not running:
+    if not running:
         return []
+    silent = f"stopped heartbeating for more than {grace()} s (killed or cut off)"
+    out = [(t, "process is gone") for t in running if _orphaned(t)]
+    storage = study._storage          # RDBStorage, wrapped by Optuna in a caching BaseHeartbeat
+    if isinstance(storage, BaseHeartbeat) and is_heartbeat_enabled(storage):
+        ids = set(storage._get_stale_trial_ids(study._study_id))    # what optuna.storages.fail_stale_trials uses
+        return out + [(t, silent) for t in running if t._trial_id in ids and not _orphaned(t)]
+    folder = beat_dir(spec)
+    if folder is None:
+        return out
     folder.mkdir(parents=True, exist_ok=True)
     now, wall = _fs_now(folder), time.time()
-    out = []
     for t in running:
+        if _orphaned(t):
+            continue
         path = folder / str(t._trial_id)
         try:
             age = now - path.stat().st_mtime
@@ -141,7 +164,7 @@ def stale_trials(study: optuna.Study, spec: str) -> list[FrozenTrial]:
             start = t.datetime_start or datetime.datetime.now()
             age = wall - start.timestamp()
         if age > grace():
-            out.append(t)
+            out.append((t, silent))
     return out
 
 
@@ -149,9 +172,8 @@ def reap(study: optuna.Study, spec: str, on_failed: Callable[[FrozenTrial, str],
     """Fail the stale trials of dead workers, queue their retries; returns the failed trial numbers."""
     failed = []
     callback = RetryStale(max_retry=MAX_RETRY)
-    for t in stale_trials(study, spec):
-        reason = (f"worker {t.user_attrs.get('worker', '?')} stopped heartbeating for more than {grace()} s "
-                  f"(killed or cut off); the trial is retried")
+    for t, why in stale_trials(study, spec):
+        reason = f"worker {t.user_attrs.get('worker', '?')} {why}; the trial is retried"
         try:
             study._storage.set_trial_user_attr(t._trial_id, "failure_reason", reason)
             study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)

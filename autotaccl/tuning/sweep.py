@@ -11,8 +11,6 @@ Layout of a run directory (default ``./autotaccl-runs``)::
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import subprocess
 import sys
 import time
@@ -121,29 +119,6 @@ def counted(trial: optuna.trial.FrozenTrial) -> bool:
     return trial.state in FINISHED and not trial.user_attrs.get("interrupted")
 
 
-def fail_orphans(study: optuna.Study) -> int:
-    """Mark FAIL the RUNNING trials whose worker process on this host is gone (a killed earlier sweep)."""
-    host = socket.gethostname()
-    n = 0
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        worker_host, _, pid = str(t.user_attrs.get("worker", "")).partition(":")
-        if worker_host == host and pid.isdigit() and not _alive(int(pid)):
-            study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
-            study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-            n += 1
-    return n
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 # --------------------------------------------------------------------------- driver
 
 
@@ -175,9 +150,6 @@ def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, o
 
     study = optuna.create_study(study_name=study_name, storage=open_storage(storage), direction="minimize",
                                 sampler=make_sampler(request.sampler, request.seed), load_if_exists=True)
-    orphans = fail_orphans(study)
-    if orphans:
-        log.warning("%s: marked %d orphaned RUNNING trial(s) FAIL", study_name, orphans)
     if not study.trials:
         from ..sketch import default_sketch
 
