@@ -203,7 +203,7 @@ def test_steps_are_dependency_depths_in_list_order():
 
 
 @pytest.mark.parametrize("hw,nodes,collective,size", [("ndv2", 1, "allgather", 1 << 10),
-                                                      ("ndv2", 2, "alltoall", 1 << 10),
+                                                      ("ndv2", 1, "alltoall", 1 << 10),
                                                       ("ndv2", 2, "allgather", 1 << 20)])
 def test_milp_engine_is_never_slower_than_greedy_at_the_target_size(hw, nodes, collective, size):
     g = topo(hw, nodes)
@@ -217,3 +217,16 @@ def test_milp_engine_is_never_slower_than_greedy_at_the_target_size(hw, nodes, c
     assert chosen in ("milp", "greedy") and (milp.status == "heuristic") == (chosen == "greedy")
     assert "start given" in milp.stages["routing"].message or "start shortest-path" in milp.stages["routing"].message
     verify(milp.algorithm, g)
+
+
+def test_greedy_is_never_slower_than_a_baseline_the_sketch_admits():
+    # at 1 KiB on one NDv2 the two-step direct AllGather beats every greedy construction (3 steps)
+    from autotaccl.synth.greedy import greedy, sketch_baselines
+
+    g = build_topology(load_hardware("ndv2"), 1)
+    lt = logical_topology(g, "allgather", load_sketch(SKETCHES / "sk1-ndv2-n1.json"), 1 << 10)
+    admitted = sketch_baselines(lt)
+    assert {a.metadata["strategy"] for a in admitted} >= {"baseline ring", "baseline direct"}
+    best = greedy(lt, 1 << 10)
+    verify(best, g)
+    assert all(simulate(best, g, 1 << 10).time_us <= simulate(a, g, 1 << 10).time_us + 1e-9 for a in admitted)

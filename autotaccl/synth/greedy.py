@@ -17,7 +17,8 @@ holds, the same exclusive resources the simulator serialises on, at the cost of 
 ReduceScatter runs an AllGather backwards over the sketch links' reverses (copies become reduces),
 as TACCL's combine does; AllReduce is that followed by the AllGather. Inter-node hops respect the
 sketch's sender map. :func:`greedy` simulates every applicable variant in two list orders (dependency
-depth, planned start) at the target size and returns the fastest; every result passes ``verify``.
+depth, planned start), and every baseline the sketch admits, at the target size and returns the
+fastest; every result passes ``verify``.
 The sketch's symmetry and enforce_ordering hints are not needed here and are ignored.
 """
 from __future__ import annotations
@@ -715,6 +716,36 @@ def greedy_schedule(lt: LogicalTopology, batching: bool = True, strategy: str = 
 
 
 
+def sketch_baselines(lt: LogicalTopology) -> list[Algorithm]:
+    """The baselines (ring, direct, ...) of ``lt.collective`` that the sketch admits: same chunk-up, every
+    transfer on a sketch link (a reduce on its reverse), chunks leaving their node only through their senders."""
+    from ..baselines import applicable_baselines, baseline
+
+    coll, gpn = lt.collective, lt.graph.graph["gpus_per_node"]
+    out = []
+    for name in applicable_baselines(lt.graph, coll.name):
+        algorithm = baseline(lt.graph, coll.name, name)
+        if algorithm.collective != coll:
+            continue
+        fits = True
+        for t in algorithm.transfers:
+            if ((t.src, t.dst) if t.op == "copy" else (t.dst, t.src)) not in lt.edges:
+                fits = False
+                break
+            if t.src // gpn != t.dst // gpn:
+                inner = t.src if t.op == "copy" else t.dst      # the rank on the owner's side of the crossing
+                for c in t.chunks:
+                    owner = c // coll.chunkup if coll.is_reduction else min(coll.precondition(c))
+                    if c in lt.senders and inner // gpn == owner // gpn and inner not in lt.senders[c]:
+                        fits = False
+            if not fits:
+                break
+        if fits:
+            out.append(replace(algorithm, metadata={**algorithm.metadata, "engine": "greedy",
+                                                    "strategy": f"baseline {name}", "chunk_bytes": lt.chunk_bytes}))
+    return out
+
+
 def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | None = None) -> Algorithm:
     """The best of the greedy variants at ``size`` bytes, judged by the simulator.
 
@@ -753,6 +784,15 @@ def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | 
                     time_us *= 1 + START_ORDER_HANDICAP
                 if best is None or time_us < best[0] - EPS:
                     best = (time_us, candidate)
+    for candidate in sketch_baselines(lt):
+        # a baseline the sketch admits is a candidate too: the engine never returns something slower
+        try:
+            time_us = simulate(candidate, lt.graph, size).time_us
+        except RuntimeError as err:
+            log.warning("greedy: the simulator failed on baseline %s (%s)", candidate.metadata.get("strategy"), err)
+            continue
+        if best is None or time_us < best[0] - EPS:
+            best = (time_us, candidate)
     if best is None:
         raise RuntimeError("the simulator could evaluate no greedy variant")
     verify(best[1], lt.graph)

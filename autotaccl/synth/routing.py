@@ -516,6 +516,7 @@ def _start_trees(lt: LogicalTopology, sends) -> dict[int, dict[int, int]] | None
 def _tree_start(lt, trees, cand, reps, sources, cost, col_x, col_a, T, load):
     """Column values for one tree per representative chunk (``trees[c]``: rank -> parent), or None when
     the trees disagree on a column that symmetry shares, or use a link outside the candidates."""
+    gpn = lt.graph.graph["gpus_per_node"]
     values: dict[int, float] = {}
     for c in reps:
         tree, src = trees[c], sources[c]
@@ -525,7 +526,11 @@ def _tree_start(lt, trees, cand, reps, sources, cost, col_x, col_a, T, load):
 
         def at(r: int) -> float:
             if r not in arrive:
-                arrive[r] = at(tree[r]) + cost[(tree[r], r)]
+                u = tree[r]
+                arrive[r] = at(u) + cost[(u, r)]
+                if lt.enforce_ordering and u != src and u // gpn == src // gpn != r // gpn:
+                    # relayed after the sender's own chunks, which arrive at cost (sent at time 0)
+                    arrive[r] = max(arrive[r], 2 * cost[(u, r)])
             return arrive[r]
 
         for v in tree:
