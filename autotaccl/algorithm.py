@@ -19,6 +19,7 @@ import networkx as nx
 
 from .collectives import NAMES, Collective
 from .errors import InputError
+from .safety import TOO_DEEP
 
 FORMAT = "autotaccl-algorithm"
 VERSION = 1
@@ -87,6 +88,8 @@ def load_algorithm(path: str | Path) -> Algorithm:
         data = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise InputError(str(path), f"line {getattr(err, 'lineno', 1)}", "valid JSON") from None
+    except RecursionError:
+        raise InputError(str(path), "document", TOO_DEEP) from None
     return from_json(data, str(path))
 
 

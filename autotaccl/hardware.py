@@ -16,7 +16,7 @@ import yaml
 
 from .errors import InputError
 from .resources import data_dir
-from .safety import safe_name
+from .safety import TOO_DEEP, safe_name
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,8 @@ def load_hardware(spec: str | Path, chunk_bytes: int | None = None, cost_scale: 
             data = json.loads(text)
         except json.JSONDecodeError as err:
             raise InputError(str(path), f"line {err.lineno}", f"valid JSON ({err.msg})") from None
+        except RecursionError:
+            raise InputError(str(path), "document", TOO_DEEP) from None
         if chunk_bytes is None:
             raise InputError(str(path), "--chunk-size", "the chunk size this TACCL profile was made for (e.g. 1M)")
         return profile_from_taccl(data, str(path), chunk_bytes, cost_scale)
@@ -107,6 +109,8 @@ def load_hardware(spec: str | Path, chunk_bytes: int | None = None, cost_scale: 
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "document"
         raise InputError(str(path), where, "valid YAML") from None
+    except RecursionError:
+        raise InputError(str(path), "document", TOO_DEEP) from None
     return profile_from_dict(data, str(path))
 
 
@@ -157,6 +161,8 @@ def profile_from_dict(data: Any, source: str) -> HardwareProfile:
             raise r.fail(key, "a value (required field)")
     name = safe_name(data["name"], source, "name")   # it names experiments, studies and their files
     gpus = r.integer(data["gpus_per_node"], "gpus_per_node", 1, 4096)
+    if not isinstance(data.get("description", ""), str):
+        raise r.fail("description", "a string")
 
     classes: dict[str, LinkClass] = {}
     for cname, spec in r.mapping(data["link_classes"], "link_classes").items():

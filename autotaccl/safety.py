@@ -14,6 +14,7 @@ from .errors import InputError
 NAME_EXPECTED = "a name of 1-128 printable characters without '/', '\\' or a leading '.' (it becomes a file name)"
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f/\\]")
 _STEM = re.compile(r"[^A-Za-z0-9._+-]+")
+TOO_DEEP = "a document nested less than about 900 levels deep"
 TRACKING_SCHEMES = ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
 
 

@@ -29,6 +29,7 @@ import yaml
 
 from .collectives import Collective, make_collective
 from .errors import InfeasibleError, InputError
+from .safety import TOO_DEEP
 from .synth.logical import LogicalTopology
 
 INTRANODE_STRATEGIES = ("none", "switch", "minmax", "maxmin")
@@ -100,12 +101,16 @@ def load_sketch(path: str | Path) -> Sketch:
             data = json.loads(text)
         except json.JSONDecodeError as err:
             raise InputError(str(path), f"line {err.lineno}", f"valid JSON ({err.msg})") from None
+        except RecursionError:
+            raise InputError(str(path), "document", TOO_DEEP) from None
     else:
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             raise InputError(str(path), f"line {mark.line + 1}" if mark else "document", "valid YAML") from None
+        except RecursionError:
+            raise InputError(str(path), "document", TOO_DEEP) from None
     return sketch_from_dict(data, str(path))
 
 

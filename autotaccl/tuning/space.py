@@ -17,7 +17,7 @@ from ..collectives import canonical_name
 from ..errors import InputError
 from ..hardware import HardwareProfile, load_hardware
 from ..resources import data_dir
-from ..safety import safe_name
+from ..safety import TOO_DEEP, safe_name
 from ..sizes import format_size, parse_size, parse_size_range
 from ..topology import build_topology
 
@@ -235,6 +235,8 @@ def load_space(path: str | Path) -> SearchSpace:
         raise InputError(str(path), f"line {mark.line + 1}" if mark else "document", "valid YAML") from None
     except UnicodeDecodeError:
         raise InputError(str(path), "document", "a UTF-8 text file") from None
+    except RecursionError:
+        raise InputError(str(path), "document", TOO_DEEP) from None
     return space_from_dict(data, str(path), default_name=path.stem, base_dir=path.parent)
 
 
