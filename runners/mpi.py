@@ -55,10 +55,34 @@ def launcher_command(launcher: str, np: int, hostfile: str | None = None) -> lis
             raise InputError("--hostfile", hostfile, "no hostfile with srun (Slurm places ranks in its allocation)")
         if not Path(hostfile).is_file():
             raise InputError("--hostfile", hostfile, "an existing hostfile")
+        check_hostfile(hostfile)
     cmd = [path, *rest, "-n", str(np)]
     if hostfile is not None:
         cmd += ["-hostfile", str(Path(hostfile).resolve())]
     return cmd
+
+
+_HOST = re.compile(r"[A-Za-z0-9_.\-\[\]]+(:[1-9][0-9]*(:[A-Za-z0-9_.\-]+)?)?")
+_HOST_OPTION = re.compile(r"(slots|max[-_]slots)=[1-9][0-9]*")
+
+
+def check_hostfile(hostfile: str) -> None:
+    """Each line ``HOST``, ``HOST:N`` (MPICH) or ``HOST slots=N [max_slots=M]`` (Open MPI); # comments."""
+    expected = "HOST, HOST:N or HOST slots=N (an MPICH / Open MPI hostfile line)"
+    try:
+        lines = Path(hostfile).read_text().splitlines()
+    except UnicodeDecodeError:
+        raise InputError(hostfile, "file", "a UTF-8 text hostfile") from None
+    hosts = 0
+    for number, line in enumerate(lines, 1):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        if not _HOST.fullmatch(words[0]) or not all(_HOST_OPTION.fullmatch(w) for w in words[1:]):
+            raise InputError(hostfile, f"line {number}", expected)
+        hosts += 1
+    if not hosts:
+        raise InputError(hostfile, "hosts", "at least one host line")
 
 
 def rank_environment() -> dict[str, str]:

@@ -21,7 +21,7 @@ from autotaccl.cli import main
 CORPUS = Path(__file__).parent / "bad_inputs"
 MANIFEST = yaml.safe_load((CORPUS / "MANIFEST.yaml").read_text())
 PREFIX = "autotaccl: error: "
-FORMATS = ("hardware", "taccl_topo", "taccl_sketch", "sketch_yaml", "space", "algorithm", "xml")
+FORMATS = ("hardware", "taccl_topo", "taccl_sketch", "sketch_yaml", "space", "algorithm", "xml", "hostfile")
 
 
 def _cases() -> list:
@@ -121,3 +121,13 @@ def test_console_script(command, names, field, sandbox):
     check_one_line(proc.stderr, source, field, argv)
     assert _snapshot(sandbox / "out", sandbox / "cwd") == before
     assert not Path("/tmp/autotaccl-pwned").exists()
+
+
+def test_good_hostfiles_pass_the_check(tmp_path):
+    """The hostfile check accepts both launchers' formats (so the corpus cases fail for their one bad line)."""
+    from runners.mpi import launcher_command
+
+    good = tmp_path / "hosts"
+    good.write_text("# cluster\nnode1:4\nnode2 slots=8 max_slots=8\n10.0.0.3  # a comment\n\nnode-4.example.org:2:ib0\n")
+    cmd = launcher_command("mpiexec", 4, str(good))
+    assert cmd[-2:] == ["-hostfile", str(good.resolve())]

@@ -12,6 +12,7 @@ from itertools import combinations
 from pathlib import Path
 
 from ..errors import InputError
+from ..safety import safe_name
 from ..sizes import format_size, parse_size_range
 
 
@@ -52,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if not out.parent.is_dir():
         raise InputError("-o", str(out), "a file in an existing directory")
+    name = args.name or out.stem      # the profile's name: it becomes experiment and study (file) names
+    safe_name(name, "--name" if args.name else "-o", repr(name))
     task = {"kind": "pingpong", "sizes": sizes, "iters": args.iters, "warmup": args.warmup,
             "pairs": [list(p) for p in combinations(range(args.np), 2)]}
     try:
@@ -64,7 +67,6 @@ def run(args: argparse.Namespace) -> int:
     except PoorFitError as err:
         print(f"autotaccl: error: profile: {err}; nothing written", file=sys.stderr)
         return 1
-    name = args.name or out.stem
     how = (f"MPI ping-pong between all {len(task['pairs'])} rank pairs, one pair at a time, {args.np} ranks on "
            f"{', '.join(sorted(set(measured.hosts)))}; sizes {format_size(sizes[0])}..{format_size(sizes[-1])}; "
            f"median of {args.iters} round trips per size; launcher {args.launcher}; classes by {args.group}.")
