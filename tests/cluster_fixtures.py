@@ -89,8 +89,18 @@ class MlflowServer:
         self.proc = None
 
 
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """One server for a module's tests (they use distinct study names)."""
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
+    server.start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
-def mlflow_server(tmp_path):
+def own_mlflow_server(tmp_path):
+    """A server of the test's own, which it may stop and restart."""
     server = MlflowServer(tmp_path / "mlflow-server")
     server.start()
     yield server

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import collections
 import subprocess
+from pathlib import Path
 
 import mlflow
 import optuna
@@ -10,22 +11,22 @@ from optuna.trial import TrialState
 
 from autotaccl.cluster.heartbeat import open_storage
 from autotaccl.tuning.sweep import counted
-from cluster_fixtures import mlflow_server, postgres, tune_cmd, unique, write_space  # noqa: F401 (fixtures)
+from cluster_fixtures import mlflow_server, own_mlflow_server, postgres, tune_cmd, unique, write_space  # noqa: F401 (fixtures)
 
 
 def test_tune_processes_on_postgres_run_exactly_the_requested_trials_once(tmp_path, postgres, mlflow_server):
     space = write_space(tmp_path)
     study = unique("pg-exact")
     procs = [subprocess.Popen(tune_cmd("--space", str(space), "--storage", postgres, "--study", study,
-                                       "--tracking-uri", mlflow_server.uri, "--trials", "9", "--sampler", "random",
+                                       "--tracking-uri", mlflow_server.uri, "--trials", "7", "--sampler", "random",
                                        "--seed", str(i), "--heartbeat", "1", "--out", str(tmp_path / f"host{i}")),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i in range(3)]      # three "hosts": separate processes and run directories, one storage
     outputs = [p.communicate(timeout=240)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], outputs
     trials = optuna.load_study(study_name=study, storage=open_storage(postgres)).trials
-    assert len(trials) == 9 and all(counted(t) for t in trials), [(t.number, t.state) for t in trials]
-    assert sorted(t.number for t in trials) == list(range(9))
+    assert len(trials) == 7 and all(counted(t) for t in trials), [(t.number, t.state) for t in trials]
+    assert sorted(t.number for t in trials) == list(range(7))
     seeded = [t for t in trials if "fixed_params" in t.system_attrs]
     assert len(seeded) == 2                  # the default sketch and the space's seed, each run once
     assert len({tuple(sorted(t.params.items())) for t in seeded}) == 2
@@ -33,8 +34,9 @@ def test_tune_processes_on_postgres_run_exactly_the_requested_trials_once(tmp_pa
     mlflow.set_tracking_uri(mlflow_server.uri)
     runs = mlflow.search_runs(experiment_names=["pairx2-allgather"])
     trial_runs = runs[(runs["tags.autotaccl.kind"] == "trial") & (runs["tags.optuna.study"] == study)]
-    assert sorted(trial_runs["tags.optuna.trial"].astype(int)) == list(range(9))
-    assert (runs["tags.autotaccl.kind"] == "sweep").sum() == 1     # one parent run, created by the first process
+    assert sorted(trial_runs["tags.optuna.trial"].astype(int)) == list(range(7))
+    sweeps = runs[(runs["tags.autotaccl.kind"] == "sweep") & (runs["tags.optuna.study"] == study)]
+    assert len(sweeps) == 1                        # one parent run, created by the first process
     states = collections.Counter(t.state for t in trials)
     assert states[TrialState.COMPLETE] == (trial_runs["tags.state"] == "COMPLETE").sum()
 
@@ -152,16 +154,17 @@ def test_silent_workers_on_other_hosts_are_reaped_after_the_grace_period(tmp_pat
         assert clone.params == trials[dead.number].params and clone.user_attrs == {"retry_of": dead.number}
 
 
-def test_an_unreachable_mlflow_server_is_recorded_locally_and_replayed(tmp_path, mlflow_server):
+def test_an_unreachable_mlflow_server_is_recorded_locally_and_replayed(tmp_path, own_mlflow_server):
     """The tracking server is killed mid-sweep and restarted: the sweep goes on, no run is lost or doubled."""
     import time
 
+    mlflow_server = own_mlflow_server
     from autotaccl.cluster import outbox
 
     space = write_space(tmp_path)
     journal, out = tmp_path / "study.journal", tmp_path / "out"
     proc = subprocess.Popen(tune_cmd("--space", str(space), "--storage", str(journal), "--study", "outage",
-                                     "--tracking-uri", mlflow_server.uri, "--trials", "45", "--sampler", "random",
+                                     "--tracking-uri", mlflow_server.uri, "--trials", "30", "--sampler", "random",
                                      "--seed", "5", "--heartbeat", "1", "--out", str(out)),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -182,11 +185,68 @@ def test_an_unreachable_mlflow_server_is_recorded_locally_and_replayed(tmp_path,
     assert proc.returncode == 0, output
     assert "unreachable" in output and "mlflow-pending" in output
     final = trials()
-    assert len(final) == 45 and all(counted(t) for t in final)
+    assert len(final) == 30 and all(counted(t) for t in final)
     assert sum(bool(t.user_attrs.get("mlflow_pending")) for t in final) >= 2
     assert outbox.pending(out) == 0
     mlflow.set_tracking_uri(mlflow_server.uri)
     runs = mlflow.search_runs(experiment_names=["pairx2-allgather"])
     mine = runs[(runs["tags.autotaccl.kind"] == "trial") & (runs["tags.optuna.study"] == "outage")]
-    assert sorted(mine["tags.optuna.trial"].astype(int)) == list(range(45))     # each trial exactly one run
+    assert sorted(mine["tags.optuna.trial"].astype(int)) == list(range(30))     # each trial exactly one run
     assert (mine["status"] == "FINISHED").sum() == sum(t.state == TrialState.COMPLETE for t in final)
+
+
+def test_failures_become_trial_states_with_reasons_and_the_sweep_goes_on(tmp_path, mlflow_server):
+    """A crashed rank, a hung rank (runner time-out) and a corrupted cache entry (verification failure)
+    each fail one trial, with the reason in Optuna and in MLflow; the sweep still runs all its trials."""
+    import json
+    import os
+    import sys
+    import time
+
+    space = write_space(tmp_path)
+    out, journal = tmp_path / "out", tmp_path / "study.journal"
+    common = ["--space", str(space), "--storage", str(journal), "--tracking-uri", mlflow_server.uri,
+              "--sampler", "random", "--seed", "3", "--out", str(out), "--heartbeat", "1"]
+    warm = subprocess.run(tune_cmd(*common, "--study", "warm", "--trials", "1"), capture_output=True, text=True,
+                          timeout=120)                   # caches the default sketch's algorithm
+    assert warm.returncode == 0, warm.stdout + warm.stderr
+    (entry,) = (out / "cache").glob("*.json")
+    doc = json.loads(entry.read_text())
+    transfers = next(v for v in (doc, doc.get("algorithm", {})) if isinstance(v, dict) and "transfers" in v)
+    transfers["transfers"] = transfers["transfers"][1:]      # a corrupted entry: one transfer lost
+    entry.write_text(json.dumps(doc))
+
+    launcher = tmp_path / "flaky-mpiexec"
+    launcher.write_text(f"#!/bin/sh\nexec {sys.executable} {Path(__file__).with_name('cluster_launcher.py')} \"$@\"\n")
+    launcher.chmod(0o755)
+    tickets = tmp_path / "tickets"
+    tickets.mkdir()
+    env = {**os.environ, "AUTOTACCL_FAULT_TICKETS": str(tickets)}
+    proc = subprocess.Popen(tune_cmd(*common, "--study", "faults", "--trials", "5", "--runner", "mpi", "--np", "4",
+                                     "--launcher", str(launcher), "--timeout-per-run", "8", "--margin", "10"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
+    deadline = time.monotonic() + 120       # the baselines are measured first, without faults
+    while time.monotonic() < deadline and proc.poll() is None and "faults" not in {
+            s.study_name for s in optuna.get_all_study_summaries(open_storage(str(journal)))}:
+        time.sleep(0.2)
+    (tickets / "1.ticket").write_text("crash")
+    (tickets / "2.ticket").write_text("hang")
+    output = proc.communicate(timeout=240)[0]
+    assert proc.returncode == 0, output
+    assert not list(tickets.glob("*.ticket")), "both faults were injected"
+
+    trials = _journal_trials(journal, "faults")
+    assert len(trials) == 5 and all(counted(t) for t in trials)
+    failed = {t.number: t.user_attrs["failure_reason"] for t in trials if t.state == TrialState.FAIL}
+    reasons = "\n".join(failed.values())
+    assert sum("synthesis:" in r for r in failed.values()) == 1, reasons          # the corrupted cache entry
+    assert sum("died first" in r for r in failed.values()) == 1, reasons         # the crashed rank
+    assert sum("timed out after 8 s" in r for r in failed.values()) == 1, reasons  # the hung rank
+    assert any(t.state == TrialState.COMPLETE for t in trials)
+
+    mlflow.set_tracking_uri(mlflow_server.uri)
+    runs = mlflow.search_runs(experiment_names=["pairx2-allgather"])
+    mine = runs[(runs["tags.autotaccl.kind"] == "trial") & (runs["tags.optuna.study"] == "faults")]
+    bad = mine[mine["tags.state"] == "FAIL"]
+    assert dict(zip(bad["tags.optuna.trial"].astype(int), bad["tags.failure_reason"])) == failed
+    assert (bad["status"] == "FAILED").all() and (bad["tags.verified"] == "false").all()
