@@ -1,6 +1,8 @@
 """``autotaccl export``: the best verified algorithm per collective and size, as a table and MSCCL XML."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..sizes import format_size
 
 
@@ -10,6 +12,8 @@ def register(subparsers) -> None:
     p.add_argument("--experiment", action="append", help="experiment name, e.g. ndv2x2-allgather (repeatable; "
                                                          "default: every autotaccl experiment)")
     p.add_argument("-o", "--out", required=True, help="output directory (replaced atomically)")
+    p.add_argument("--replay", metavar="RUN_DIR", help="first log the runs a sweep in RUN_DIR recorded locally "
+                                                       "while the tracking server was unreachable")
     p.set_defaults(func=run)
 
 
@@ -26,6 +30,18 @@ def run(args) -> int:
 
     tracking_uri(args.tracking_uri)
     output_dir(args.out, "-o")
+    if args.replay:
+        from ..cluster import outbox
+        from ..errors import InputError
+        from ..tuning.tracking import MlflowClient
+
+        if not Path(args.replay).is_dir():
+            raise InputError("--replay", args.replay, "a sweep's run directory (autotaccl tune --out)")
+        logged, left = outbox.replay(args.replay, MlflowClient(tracking_uri=args.tracking_uri))
+        if left:
+            raise InputError("--replay", args.replay, f"a reachable tracking server ({left} run(s) still pending)")
+        if logged:
+            print(f"replayed {logged} run(s) recorded while the tracking server was unreachable")
     ranges = export(args.tracking_uri, args.experiment, args.out)
     for r in ranges:
         print(f"{r.experiment:<24} {format_size(r.min_size):>6}..{format_size(r.max_size):<6} {r.winner:<22} "
