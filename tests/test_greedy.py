@@ -219,14 +219,17 @@ def test_milp_engine_is_never_slower_than_greedy_at_the_target_size(hw, nodes, c
     verify(milp.algorithm, g)
 
 
-def test_greedy_is_never_slower_than_a_baseline_the_sketch_admits():
-    # at 1 KiB on one NDv2 the two-step direct AllGather beats every greedy construction (3 steps)
+@pytest.mark.parametrize("sketch", ["sk1-ndv2-n1", "sk-ndv2-n1-cUp6"])
+def test_greedy_is_never_slower_than_a_baseline_the_sketch_admits(sketch):
+    # at 1 KiB on one NDv2 the two-step direct AllGather beats every greedy construction (3 steps);
+    # with chunk-up 6 the baselines carry a rank's six chunks together
     from autotaccl.synth.greedy import greedy, sketch_baselines
 
     g = build_topology(load_hardware("ndv2"), 1)
-    lt = logical_topology(g, "allgather", load_sketch(SKETCHES / "sk1-ndv2-n1.json"), 1 << 10)
+    lt = logical_topology(g, "allgather", load_sketch(SKETCHES / f"{sketch}.json"), 1 << 10)
     admitted = sketch_baselines(lt)
     assert {a.metadata["strategy"] for a in admitted} >= {"baseline ring", "baseline direct"}
+    assert all(a.collective == lt.collective for a in admitted)
     best = greedy(lt, 1 << 10)
     verify(best, g)
     assert all(simulate(best, g, 1 << 10).time_us <= simulate(a, g, 1 << 10).time_us + 1e-9 for a in admitted)

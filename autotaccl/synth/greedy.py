@@ -717,14 +717,20 @@ def greedy_schedule(lt: LogicalTopology, batching: bool = True, strategy: str = 
 
 
 def sketch_baselines(lt: LogicalTopology) -> list[Algorithm]:
-    """The baselines (ring, direct, ...) of ``lt.collective`` that the sketch admits: same chunk-up, every
-    transfer on a sketch link (a reduce on its reverse), chunks leaving their node only through their senders."""
+    """The baselines (ring, direct, ...) of ``lt.collective`` that the sketch admits (at the sketch's chunk-up):
+    every transfer on a sketch link (a reduce on its reverse), chunks leaving their node only through their senders."""
     from ..baselines import applicable_baselines, baseline
 
     coll, gpn = lt.collective, lt.graph.graph["gpus_per_node"]
     out = []
     for name in applicable_baselines(lt.graph, coll.name):
         algorithm = baseline(lt.graph, coll.name, name)
+        k = coll.chunkup // max(1, algorithm.collective.chunkup)
+        if k > 1 and algorithm.collective.chunkup * k == coll.chunkup:
+            # the sketch's chunk-up: chunk c of the baseline is chunks c*k .. c*k+k-1 (same owner and
+            # destinations), carried together
+            algorithm = replace(algorithm, collective=coll, transfers=tuple(
+                replace(t, chunks=tuple(c * k + j for c in t.chunks for j in range(k))) for t in algorithm.transfers))
         if algorithm.collective != coll:
             continue
         fits = True
