@@ -168,13 +168,18 @@ def stale_trials(study: optuna.Study, spec: str) -> list[tuple[FrozenTrial, str]
     return out
 
 
-def reap(study: optuna.Study, spec: str, on_failed: Callable[[FrozenTrial, str], None] | None = None) -> list[int]:
-    """Fail the stale trials of dead workers, queue their retries; returns the failed trial numbers."""
+def reap(study: optuna.Study, spec: str, on_failed: Callable[[FrozenTrial, str], None] | None = None,
+         complete: Callable[[FrozenTrial], None] | None = None) -> list[int]:
+    """Fail the stale trials of dead workers, queue their retries; returns the failed trial numbers.
+
+    ``complete(trial)`` may first fill parameters the dead worker had not sampled yet."""
     failed = []
     callback = RetryStale(max_retry=MAX_RETRY)
     for t, why in stale_trials(study, spec):
         reason = f"worker {t.user_attrs.get('worker', '?')} {why}; the trial is retried"
         try:
+            if complete is not None:
+                complete(t)
             study._storage.set_trial_user_attr(t._trial_id, "failure_reason", reason)
             study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
             if not study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL):

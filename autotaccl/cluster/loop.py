@@ -15,6 +15,7 @@ import time
 from typing import Callable
 
 import optuna
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from ..errors import InputError
@@ -36,8 +37,11 @@ def run_trials(config, study: optuna.Study, objective, counted: Callable[[Frozen
     poll = min(2.0, heartbeat.interval())
     ran = 0
 
-    def on_reaped(trial: FrozenTrial, reason: str) -> None:
-        record_failure(client, config, trial, reason)
+    reaped: list[tuple[FrozenTrial, str]] = []      # logged to MLflow outside the lock (it may retry for seconds)
+
+    def flush() -> None:
+        while reaped:
+            record_failure(client, config, *reaped.pop())
 
     def admitted(trial: optuna.Trial) -> float:
         trial.set_user_attr("worker", heartbeat.worker_id())
@@ -59,11 +63,13 @@ def run_trials(config, study: optuna.Study, objective, counted: Callable[[Frozen
                 raise _Failed(reason) from err
 
     while n_trials is None or ran < n_trials:
+        flush()
         if deadline is not None and time.monotonic() >= deadline:
             break
         gate.acquire()
         try:
-            heartbeat.reap(study, config.storage, on_reaped)
+            heartbeat.reap(study, config.storage, lambda t, why: reaped.append((t, why)),
+                           lambda t: sample(_Completer(study, t), objective.space))
             trials = study.get_trials(deepcopy=False)
             retried = {n for t in trials for n in t.system_attrs.get("retry_history", ())}
             done = sum(1 for t in trials if counted(t) and t.number not in retried)
@@ -83,7 +89,33 @@ def run_trials(config, study: optuna.Study, objective, counted: Callable[[Frozen
                 break
         finally:
             gate.release()
+    flush()
     return ran
+
+
+class _Completer:
+    """Stands in for a dead worker's trial in ``space.sample``: keeps the parameters it sampled and stores the
+    first choice / low bound for the rest, so samplers that enumerate the space (BruteForce) never meet a
+    half-sampled trial (a worker killed between two ``suggest`` calls)."""
+
+    def __init__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.study, self.trial = study, trial
+
+    def _value(self, name: str, distribution, default):
+        if name in self.trial.params:
+            return self.trial.params[name]
+        self.study._storage.set_trial_param(self.trial._trial_id, name, distribution.to_internal_repr(default),
+                                            distribution)
+        return default
+
+    def suggest_categorical(self, name, choices):
+        return self._value(name, CategoricalDistribution(choices), choices[0])
+
+    def suggest_int(self, name, low, high, step=1, log=False):
+        return self._value(name, IntDistribution(low, high, log=log, step=step), low)
+
+    def suggest_float(self, name, low, high, step=None, log=False):
+        return self._value(name, FloatDistribution(low, high, log=log, step=step), low)
 
 
 class _Failed(RuntimeError):

@@ -362,6 +362,10 @@ def tune(request: TuneRequest, collectives: Sequence[str] | None = None) -> list
                     request.progress)
         outbox.replay(out, client)
         summary = summarize(study, config)
-        finish_parent(client, summary)
+        try:
+            finish_parent(client, summary)
+        except Exception as err:     # the tracking server is down: the trials are recorded, the summary is not
+            log.warning("%s: sweep run not updated (MLflow unreachable: %s); `autotaccl tune --resume` updates it",
+                        config.study_name, str(err).splitlines()[0][:200])
         summaries.append(summary)
     return summaries
