@@ -24,6 +24,7 @@ from .safety import TOO_DEEP
 FORMAT = "autotaccl-algorithm"
 VERSION = 1
 OPS = ("copy", "reduce")
+MAX_CHUNKS = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,9 @@ def from_json(data: Any, source: str = "<algorithm>") -> Algorithm:
     if ints["root"] >= ints["ranks"]:
         raise fail("collective.root", f"a rank in 0..{ints['ranks'] - 1}")
     collective = Collective(coll["name"], ints["ranks"], ints["chunkup"], ints["root"])
+    if collective.num_chunks > MAX_CHUNKS:     # every consumer keeps per-chunk state: refuse, do not swap
+        raise fail("collective.ranks", f"a collective of at most {MAX_CHUNKS} chunks (ranks x chunkup gives "
+                                       f"{collective.num_chunks})")
     raw = data.get("transfers")
     if not isinstance(raw, list):
         raise fail("transfers", "a list")

@@ -180,7 +180,7 @@ def profile_from_dict(data: Any, source: str) -> HardwareProfile:
         raise r.fail("link_classes", "at least one link class")
 
     def link_class(value: Any, where: str) -> str:
-        if value not in classes:
+        if not isinstance(value, str) or value not in classes:
             raise r.fail(where, f"one of the link classes: {', '.join(classes)}")
         return value
 

@@ -240,6 +240,8 @@ def sketch_from_dict(data: Any, source: str = "<sketch>") -> Sketch:
 
     hyper = mapping(data.get("hyperparameters", {}), "hyperparameters", ("input_chunkup", "heuristic"))
     chunkup = integer(hyper.get("input_chunkup", 1), "hyperparameters.input_chunkup", 1)
+    if chunkup > 64:      # as search spaces allow; each rank's buffer is split into ranks * chunkup chunks
+        raise fail("hyperparameters.input_chunkup", "a whole number in 1..64")
 
     own = mapping(data.get("autotaccl", {}), "autotaccl", ("engine", "ordering", "contiguity", "batch_window"))
     engine = own.get("engine")

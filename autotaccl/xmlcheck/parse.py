@@ -18,6 +18,7 @@ from ..lowering.program import (BUFFERS, GPU_ATTRS, STEP_ATTRS, STEP_TYPES, TB_A
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]*")
 _INT = re.compile(r"-?(0|[1-9][0-9]*)")
 MAX_ATTRS, MAX_CHARS = 16, 255     # the runtime tokenizer's limits (§1.1)
+MAX_CHUNKS = 1 << 20               # per buffer and per loop: far above any real algorithm
 _ENTITIES = {"&quot;": '"', "&apos;": "'", "&lt;": "<", "&gt;": ">", "&amp;": "&"}
 
 
@@ -130,6 +131,12 @@ def _int(elem: _Element, key: str, source: str) -> int:
     return int(value)
 
 
+def _at_most(elem: _Element, key: str, source: str) -> None:
+    """Chunk counts are bounded: the checker keeps state per chunk (a huge count is refused, not swapped)."""
+    if key in elem.attrs and int(elem.attrs[key]) > MAX_CHUNKS:
+        raise InputError(source, f"line {elem.line}", f"{key} at most {MAX_CHUNKS}, not {elem.attrs[key]}")
+
+
 def _str(elem: _Element, key: str, source: str, choices=None) -> str:
     if key not in elem.attrs:
         raise InputError(source, f"line {elem.line}", f"<{elem.name}> with attribute {key} (the runtime requires it)")
@@ -150,6 +157,7 @@ def parse_xml(text: str, source: str = "<xml>") -> Program:
             _int(root, key, source)
     for key in ("ngpus", "nchunksperloop", "coll", "proto"):
         _str(root, key, source)
+    _at_most(root, "nchunksperloop", source)
     gpus = []
     for g in root.children:
         if g.name != "gpu":
@@ -177,6 +185,8 @@ def parse_xml(text: str, source: str = "<xml>") -> Program:
             vals = [_int(t, k, source) for k in TB_ATTRS]
             tbs.append(ThreadBlock(*vals, tuple(steps), t.line))
         vals = [_int(g, k, source) for k in GPU_ATTRS]
+        for key in ("i_chunks", "o_chunks", "s_chunks"):
+            _at_most(g, key, source)
         gpus.append(Gpu(*vals, tuple(tbs), g.line))
     return Program(dict(root.attrs), tuple(gpus), root.line, tuple(notes))
 
