@@ -38,6 +38,23 @@ def limit_client_retries() -> None:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
 
 
+def unreachable(err: Exception) -> bool:
+    """MLflow's REST client reports a refused connection or time-out this way."""
+    return "API request to" in str(err) and ("Max retries" in str(err) or "timed out" in str(err).lower())
+
+
+def retrying(fn, *args, waits: tuple[float, ...] = (1, 2, 4, 8, 15, 30, 30, 30)):
+    """``fn(*args)``, waiting for an unreachable tracking server (about 2 minutes) before giving up."""
+    for wait in (*waits, None):
+        try:
+            return fn(*args)
+        except Exception as err:
+            if wait is None or not unreachable(err):
+                raise
+            log.warning("MLflow unreachable (%s); retrying in %g s", _short(err), wait)
+            time.sleep(wait)
+
+
 def pending_dir(out_dir: str | Path) -> Path:
     return Path(out_dir) / PENDING
 

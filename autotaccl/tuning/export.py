@@ -91,7 +91,10 @@ def winners(frame: pd.DataFrame, sizes: Sequence[int], excluded: set[str]) -> li
         best = base
         valid = trials[trials[col].notna()]
         if not valid.empty:
-            t = valid.loc[valid[col].idxmin()]
+            # exact ties (configurations the runner cannot tell apart) go to the smallest parameter set, so
+            # the export does not depend on the order trials ran in (several workers, retries)
+            key = ["|".join(map(str, row)) for row in valid.filter(like="params.").itertuples(index=False)]
+            t = valid.assign(_key=key).sort_values([col, "_key"], kind="stable").iloc[0]
             if previous is not None and previous.run_id in set(valid.run_id):
                 kept = valid[valid.run_id == previous.run_id].iloc[0]
                 if kept[col] <= t[col] * (1 + 1e-9):

@@ -347,14 +347,14 @@ def tune(request: TuneRequest, collectives: Sequence[str] | None = None) -> list
 
     outbox.limit_client_retries()
     with locks.Lock(storage, out, "prepare"):     # several `autotaccl tune` on one storage prepare one at a time
-        client = tracking.init_store(uri)
+        client = outbox.retrying(tracking.init_store, uri)
         outbox.replay(out, client)
     summaries = []
     for collective in chosen:
         with locks.Lock(storage, out, "prepare"):
             if request.resume:
                 _require_study(storage, space, request, collective)
-            config, study = prepare(request, space, collective, client, out, storage)
+            config, study = outbox.retrying(prepare, request, space, collective, client, out, storage)
         done = len([t for t in study.get_trials(deepcopy=False) if counted(t)])
         remaining = request.trials - done
         log.info("%s: %d trial(s) done, %d to run", config.study_name, done, max(remaining, 0))
