@@ -11,7 +11,6 @@ and `autotaccl export` of both sweeps identical (ranges, protocols, times, XML).
 """
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import re
@@ -90,18 +89,15 @@ def main() -> None:
                 if not all(str(p.pid) in started for p in procs):    # mid-sweep: every worker has begun
                     time.sleep(0.05)
                     continue
-                fresh = [t for t in trials if t.state == TrialState.RUNNING and t.datetime_start is not None
-                         and t.user_attrs.get("worker", "").endswith(f":{pid}")
-                         and (datetime.datetime.now() - t.datetime_start).total_seconds() < 0.2]
-                if fresh:
+                os.kill(pid, signal.SIGSTOP)      # freeze worker 0, look: inside a trial -> kill it
+                now = optuna.load_study(study_name=study, storage=open_storage(storage)).trials
+                running = [t.number for t in now if t.state == TrialState.RUNNING
+                           and t.user_attrs.get("worker", "").endswith(f":{pid}")]
+                if running:
                     os.kill(pid, signal.SIGKILL)
-                    procs[0].wait()
-                    after = optuna.load_study(study_name=study, storage=open_storage(storage)).trials
-                    running = [t.number for t in after if t.state == TrialState.RUNNING
-                               and t.user_attrs.get("worker", "").endswith(f":{pid}")]
-                    if not running:
-                        raise SystemExit("the kill landed between two trials; run again")
                     victim = running[0]
+                else:
+                    os.kill(pid, signal.SIGCONT)
                 time.sleep(0.02)
             if victim is None:
                 raise SystemExit("never caught worker 0 inside a trial")

@@ -250,3 +250,14 @@ def test_failures_become_trial_states_with_reasons_and_the_sweep_goes_on(tmp_pat
     bad = mine[mine["tags.state"] == "FAIL"]
     assert dict(zip(bad["tags.optuna.trial"].astype(int), bad["tags.failure_reason"])) == failed
     assert (bad["status"] == "FAILED").all() and (bad["tags.verified"] == "false").all()
+
+
+def test_resume_without_a_study_is_one_line_of_bad_input(tmp_path):
+    space = write_space(tmp_path)
+    run = subprocess.run(tune_cmd("--space", str(space), "--storage", str(tmp_path / "none.journal"), "--resume",
+                                  "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}", "--out", str(tmp_path / "o")),
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stderr
+    assert "--resume" in run.stderr and "an existing study" in run.stderr and len(run.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "none.journal").exists() or optuna.get_all_study_summaries(
+        open_storage(str(tmp_path / "none.journal"))) == []
