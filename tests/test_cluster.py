@@ -187,7 +187,12 @@ def test_an_unreachable_mlflow_server_is_recorded_locally_and_replayed(tmp_path,
     final = trials()
     assert len(final) == 30 and all(counted(t) for t in final)
     assert sum(bool(t.user_attrs.get("mlflow_pending")) for t in final) >= 2
+    # the sweep replays at its end; if it ended before the server was back, export --replay does it
+    export = subprocess.run([*tune_cmd()[:1], "export", "--tracking-uri", mlflow_server.uri, "--replay", str(out),
+                             "-o", str(tmp_path / "exported")], capture_output=True, text=True, timeout=300)
+    assert export.returncode == 0, export.stdout + export.stderr
     assert outbox.pending(out) == 0
+    assert (tmp_path / "exported" / "table.json").is_file()
     mlflow.set_tracking_uri(mlflow_server.uri)
     runs = mlflow.search_runs(experiment_names=["pairx2-allgather"])
     mine = runs[(runs["tags.autotaccl.kind"] == "trial") & (runs["tags.optuna.study"] == "outage")]
