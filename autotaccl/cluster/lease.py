@@ -12,7 +12,7 @@ import shlex
 import socket
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -25,7 +25,6 @@ class Window:
     start: float = 0.0           # time.time() once every lease is held
     end: float = 0.0             # time.time() just before they are released
     waited: float = 0.0          # seconds spent waiting for the leases
-    extra: dict = field(default_factory=dict)
 
 
 def hosts_of(runner: str, options: Mapping[str, Any]) -> tuple[str, ...]:
