@@ -266,3 +266,34 @@ def test_resume_without_a_study_is_one_line_of_bad_input(tmp_path):
     assert "--resume" in run.stderr and "an existing study" in run.stderr and len(run.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "none.journal").exists() or optuna.get_all_study_summaries(
         open_storage(str(tmp_path / "none.journal"))) == []
+
+
+def test_a_worker_killed_between_two_suggests_leaves_a_complete_trial_for_bruteforce(tmp_path, monkeypatch):
+    """BruteForce counts FAIL trials as visited and rejects half-sampled ones: the reaper completes them."""
+    import os
+    import time
+
+    from autotaccl.cluster.heartbeat import ENV_INTERVAL, beat_dir, reap
+    from autotaccl.cluster.loop import _Completer
+    from autotaccl.tuning.space import load_space, sample
+    from autotaccl.tuning.sweep import make_sampler
+
+    monkeypatch.setenv(ENV_INTERVAL, "1")
+    space = load_space(str(write_space(tmp_path)))
+    spec = str(tmp_path / "bf.journal")
+    study = optuna.create_study(study_name="bf", storage=open_storage(spec), sampler=make_sampler("bruteforce", 0))
+    half = study.ask()
+    half.suggest_categorical("internode_conn", ["relay", "direct-map", "fully-connected"])   # then killed
+    half.set_user_attr("worker", "elsewhere:77")
+    folder = beat_dir(spec)
+    folder.mkdir()
+    (folder / str(half._trial_id)).write_text("elsewhere:77")
+    os.utime(folder / str(half._trial_id), (time.time() - 30, time.time() - 30))
+    assert reap(study, spec, complete=lambda t: sample(_Completer(study, t), space)) == [half.number]
+    dead = study.trials[half.number]
+    assert dead.state == TrialState.FAIL and set(dead.params) >= {"internode_conn", "chunkup"}
+    for _ in range(3):                                     # the retry and fresh trials sample without error
+        trial = study.ask()
+        values = sample(trial, space)
+        study.tell(trial, 1.0)
+        assert values["chunkup"] in (1, 2, 3)
