@@ -101,6 +101,8 @@ def _parent_exists(database: str, value: str, flag: str) -> None:
 def check_tune_args(args) -> None:
     """``autotaccl tune``'s --out, --storage, --tracking-uri and --study, before the run directory exists."""
     output_dir(args.out, "--out")
+    if args.synth_time_limit is not None and not args.synth_time_limit > 0:
+        raise InputError("--synth-time-limit", str(args.synth_time_limit), "a positive number of seconds")
     if args.storage is not None:
         storage_url(args.storage)
     if args.tracking_uri is not None:

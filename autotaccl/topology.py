@@ -22,6 +22,7 @@ import networkx as nx
 from .hardware import HardwareProfile
 
 NETWORK = "net"
+MAX_RANKS = 1024     # building the graph is quadratic in ranks: 2048 ndv2 ranks take minutes and gigabytes
 
 
 def build_topology(profile: HardwareProfile, nodes: int = 1) -> nx.DiGraph:

@@ -6,6 +6,7 @@ thread block and step); 2: the file cannot be read as MSCCL XML (one line with t
 from __future__ import annotations
 
 from ..cli import print_json
+from ..errors import InputError
 from ..lowering.program import RUNTIMES
 from ..xmlcheck import check_xml
 from ..xmlcheck.check import MODES
@@ -24,7 +25,9 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    report = check_xml(args.xml, runtime=args.runtime, mode=args.mode, seeds=max(args.seeds, 0))
+    if not 0 <= args.seeds <= 1000:
+        raise InputError("--seeds", str(args.seeds), "a whole number in 0..1000")
+    report = check_xml(args.xml, runtime=args.runtime, mode=args.mode, seeds=args.seeds)
     if args.json:
         print_json(report.to_dict())
     else:

@@ -8,7 +8,7 @@ import networkx as nx
 from ..collectives import canonical_name
 from ..hardware import load_hardware
 from ..sizes import parse_size
-from ..topology import build_topology
+from ..topology import MAX_RANKS, build_topology
 
 
 def register(subparsers) -> None:
@@ -28,6 +28,9 @@ def topology_from_args(args: argparse.Namespace) -> nx.DiGraph:
     if args.nodes < 1:
         raise InputError("--nodes", str(args.nodes), "a whole number >= 1")
     profile = load_hardware(args.hardware, chunk)
+    if args.nodes * profile.gpus_per_node > MAX_RANKS:
+        raise InputError("--nodes", str(args.nodes),
+                         f"at most {MAX_RANKS // profile.gpus_per_node} nodes of {profile.name} ({MAX_RANKS} ranks in all)")
     try:
         return build_topology(profile, args.nodes)
     except ValueError as err:

@@ -19,7 +19,7 @@ from ..hardware import HardwareProfile, load_hardware
 from ..resources import data_dir
 from ..safety import TOO_DEEP, safe_name
 from ..sizes import format_size, parse_size, parse_size_range
-from ..topology import build_topology
+from ..topology import MAX_RANKS, build_topology
 
 TYPES = ("categorical", "int", "float")
 _TOP_KEYS = {"name", "description", "target", "sizes", "parameters", "fixed", "seeds"}
@@ -271,6 +271,9 @@ def space_from_dict(data: Any, source: str, default_name: str = "space", base_di
     nodes = target.get("nodes", 1)
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
         raise fail("target.nodes", "a whole number >= 1")
+    if nodes * profile.gpus_per_node > MAX_RANKS:
+        raise fail("target.nodes", f"at most {MAX_RANKS // profile.gpus_per_node} nodes of {profile.name} "
+                                   f"({MAX_RANKS} ranks in all)")
     if nodes > 1 and not profile.nics:
         raise fail("target.nodes", f"1 (profile {profile.name} has no NICs)")
     if ("collective" in target) == ("collectives" in target):
