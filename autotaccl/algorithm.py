@@ -94,6 +94,17 @@ def load_algorithm(path: str | Path) -> Algorithm:
     return from_json(data, str(path))
 
 
+def load_verified(path: str | Path) -> Algorithm:
+    """``load_algorithm`` plus ``verify``: an algorithm that does not implement its collective is bad input."""
+    algorithm = load_algorithm(path)
+    try:
+        verify(algorithm)
+    except VerificationError as err:
+        where = "transfers" if err.index is None else f"transfers[{err.index}]"
+        raise InputError(str(path), where, f"a correct {algorithm.collective.name} ({err})") from None
+    return algorithm
+
+
 def from_json(data: Any, source: str = "<algorithm>") -> Algorithm:
     """Validate and build an Algorithm; every error names the offending field."""
     def fail(where: str, expected: str) -> InputError:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 
-from ..algorithm import load_algorithm
+from ..algorithm import load_verified
 from ..errors import InputError
 from ..lowering import LoweringOptions, lower
 from ..lowering.program import PROTOCOLS, RUNTIMES
@@ -35,7 +35,7 @@ def run(args) -> int:
     path = output_file(args.output)
     if not 0 <= args.seeds <= 1000:
         raise InputError("--seeds", str(args.seeds), "a whole number in 0..1000")
-    algorithm = load_algorithm(args.algorithm)
+    algorithm = load_verified(args.algorithm)
     inplace = True if args.inplace else (False if args.outofplace else None)
     outofplace = True if args.outofplace else (False if args.inplace else None)
     options = LoweringOptions(instances=args.instances, proto=args.proto,
