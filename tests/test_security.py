@@ -147,10 +147,10 @@ def test_ui_server_listens_on_loopback_only():
 
 
 def test_no_other_server_binds_beyond_loopback():
-    """Every literal host the code hands to a server is the loopback address."""
+    """Every literal host the code (and its test and benchmark fixtures) hands to a server is the loopback address."""
     hosts = []
     for path in python_files():
-        if "tests" in path.relative_to(REPO).parts:
+        if path.name == Path(__file__).name:     # this file names 0.0.0.0 in its assertions
             continue
         text = path.read_text()
         hosts += [(path.name, h) for h in re.findall(r'"--host",\s*"([^"]+)"', text)]
