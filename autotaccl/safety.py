@@ -47,12 +47,21 @@ def output_file(value: str, flag: str = "-o") -> Path:
     return path
 
 
-def output_dir(value: str, flag: str = "-o") -> Path:
-    """A directory to create or replace: it and its nearest existing ancestor are directories, not files."""
+def output_dir(value: str, flag: str = "-o", replaces: tuple[str, ...] | None = None) -> Path:
+    """A directory to create (or, with ``replaces``, to replace): no file stands in its way.
+
+    A directory that is replaced as a whole may hold only files matching the ``replaces`` patterns
+    (a previous output): ``-o .`` or ``-o ~`` must never delete a user's files.
+    """
     path = Path(path_arg(value, flag)).absolute()
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir():
         raise InputError(flag, repr(value), f"a directory path ({existing} is a file)")
+    if replaces is not None and path.is_dir():
+        foreign = sorted(p.name for p in path.iterdir() if not any(p.match(g) for g in replaces))
+        if foreign:
+            raise InputError(flag, repr(value), f"a new directory or a previous output to replace (it holds "
+                                                f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''})")
     return path
 
 

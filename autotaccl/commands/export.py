@@ -29,7 +29,7 @@ def run(args) -> int:
     from ..safety import output_dir, tracking_uri
 
     tracking_uri(args.tracking_uri)
-    output_dir(args.out, "-o")
+    output_dir(args.out, "-o", replaces=("*.xml", "table.csv", "table.md", "table.json", "README.md"))
     if args.replay:
         from ..cluster import outbox
         from ..errors import InputError

@@ -19,7 +19,7 @@ def run(args) -> int:
     from ..safety import output_dir, tracking_uri
 
     tracking_uri(args.tracking_uri)
-    output_dir(args.out, "-o")
+    output_dir(args.out, "-o", replaces=("index.html", "*.png"))
     page = build_report(args.tracking_uri, args.experiment, args.out)
     print(f"wrote {page}")
     return 0
