@@ -148,3 +148,28 @@ def test_a_missing_store_is_bad_input_not_a_new_empty_store(tmp_path, capsys):
     assert main(["export", "--tracking-uri", uri, "-o", str(tmp_path / "out")]) == 2
     assert "--tracking-uri" in capsys.readouterr().err
     assert not (tmp_path / "nothing").exists() and not (tmp_path / "out").exists()
+
+
+def test_a_run_still_running_never_wins_even_if_faster(exported):
+    """A run cut off mid-write stays RUNNING; with the fastest times of all it must still not be a candidate."""
+    from autotaccl.tuning.export import candidates
+
+    uri, _, runs, _ = exported
+    mlflow.set_tracking_uri(uri)
+    client = mlflow.MlflowClient()
+    experiment_id = runs.experiment_id.iloc[0]
+    done = runs[(runs["tags.autotaccl.kind"] == "trial") & (runs["tags.verified"] == "true")].iloc[0]
+    run = client.create_run(experiment_id, run_name="trial-cut-off",
+                            tags={"autotaccl.kind": "trial", "verified": "true", "optuna.trial": "99"})
+    try:
+        client.log_param(run.info.run_id, "runner", done["params.runner"])
+        for size in SIZES:
+            client.log_metric(run.info.run_id, f"time_us.{size}", float(runs[f"metrics.time_us.{size}"].min()) / 10)
+        assert client.get_run(run.info.run_id).info.status == "RUNNING"
+        frame = candidates(client, experiment_id)
+        assert run.info.run_id not in set(frame.run_id) and done.run_id in set(frame.run_id)
+        everything = mlflow.search_runs(experiment_ids=[experiment_id], filter_string="tags.verified = 'true'")
+        assert all(r["run"].run_id == run.info.run_id for r in winners(everything, SIZES, set()))  # it would win
+        assert all(r["run"].run_id != run.info.run_id for r in winners(frame, SIZES, set()))
+    finally:
+        client.delete_run(run.info.run_id)

@@ -60,10 +60,12 @@ def _sizes(frame: pd.DataFrame) -> list[int]:
 
 
 def candidates(client, experiment_id: str) -> pd.DataFrame:
-    """Verified trials and baselines of an experiment, measured by the runner of its latest sweep."""
+    """Verified, finished trials and baselines of an experiment, measured by the runner of its latest sweep."""
     import mlflow
 
-    frame = mlflow.search_runs(experiment_ids=[experiment_id], filter_string="tags.verified = 'true'",
+    # only FINISHED runs: one cut off mid-write stays RUNNING and may lack metrics or artifacts
+    frame = mlflow.search_runs(experiment_ids=[experiment_id],
+                               filter_string="tags.verified = 'true' and attributes.status = 'FINISHED'",
                                max_results=50_000)
     if frame.empty:
         return frame
