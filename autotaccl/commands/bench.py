@@ -55,6 +55,10 @@ def run(args: argparse.Namespace) -> int:
     from ..cli import print_json
 
     sizes = parse_size_range(args.sizes, "--sizes")
+    if args.workdir is not None:
+        from ..safety import output_dir
+
+        output_dir(args.workdir, "--workdir")
     if args.iters < 1:
         raise InputError("--iters", str(args.iters), "a whole number >= 1")
     if args.warmup < 0:
