@@ -7,6 +7,7 @@ miss them). Output goes to files, never pipes, so a chatty job cannot block.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import select
@@ -133,6 +134,19 @@ def terminate(proc: subprocess.Popen, extra: Iterable[int] = (), grace: float = 
         log.warning("job %d did not exit after SIGKILL", proc.pid)
 
 
+def die_with_parent(parent: int) -> None:
+    """In the forked child, before exec: the kernel SIGKILLs it when the process (strictly, the thread)
+    that started it dies, however that dies (Linux ``PR_SET_PDEATHSIG``). A killed tune worker thus takes
+    its launcher with it, and Hydra's proxies, losing their launcher, end the ranks."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    PR_SET_PDEATHSIG = 1
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:       # the parent died between fork and prctl
+        os._exit(1)
+
+
 def run(argv: Sequence[str], workdir: Path, timeout: float, env: Mapping[str, str] | None = None,
         ranks: Callable[[], Iterable[int]] | None = None, watch: Callable[[float], None] | None = None,
         poll: float = 0.05) -> Outcome:
@@ -148,7 +162,8 @@ def run(argv: Sequence[str], workdir: Path, timeout: float, env: Mapping[str, st
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         try:
             proc = subprocess.Popen(list(map(str, argv)), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                    env=dict(env) if env is not None else None, start_new_session=True)
+                                    env=dict(env) if env is not None else None, start_new_session=True,
+                                    preexec_fn=functools.partial(die_with_parent, os.getpid()))
         except OSError as error:
             raise JobError(f"cannot start {argv[0]}: {error.strerror or error}") from None
         deadline = start + timeout

@@ -297,3 +297,44 @@ def test_a_worker_killed_between_two_suggests_leaves_a_complete_trial_for_brutef
         values = sample(trial, space)
         study.tell(trial, 1.0)
         assert values["chunkup"] in (1, 2, 3)
+
+
+def test_ranks_die_with_a_sigkilled_worker(tmp_path):
+    """A worker launching a long mpi job through the runners' launcher is SIGKILLed: the launcher (own
+    session) gets SIGKILL from the kernel (PR_SET_PDEATHSIG) and Hydra's ranks go with it, within seconds."""
+    import os
+    import signal
+    import sys
+    import time
+
+    token = unique("orphan-rank")
+    worker = ("import sys; from pathlib import Path; from runners.launch import run; "
+              f"run([str(Path(sys.executable).parent / 'mpiexec'), '-n', '2', sys.executable, '-c', "
+              f"'import time; time.sleep(120)  # {token}'], Path(sys.argv[1]), timeout=120)")
+    parent = subprocess.Popen([sys.executable, "-c", worker, str(tmp_path)], cwd=Path(__file__).parents[1])
+
+    def ranks() -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                cmd = (entry / "cmdline").read_bytes().decode(errors="replace") if entry.name.isdigit() else ""
+            except OSError:
+                continue
+            if token in cmd and "runners.launch" not in cmd and "mpiexec" not in cmd:
+                found.append(int(entry.name))
+        return found
+
+    try:
+        deadline = time.monotonic() + 30
+        while len(ranks()) < 2 and time.monotonic() < deadline and parent.poll() is None:
+            time.sleep(0.1)
+        assert len(ranks()) == 2, "both ranks started"
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        while ranks() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ranks() == [], "ranks outlived their worker"
+    finally:
+        for pid in ranks():
+            os.kill(pid, signal.SIGKILL)
