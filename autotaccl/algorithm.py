@@ -11,6 +11,7 @@ where their data allows); ``start_us`` is an optional planned start time.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -168,7 +169,7 @@ def from_json(data: Any, source: str = "<algorithm>") -> Algorithm:
         if isinstance(link, bool) or not isinstance(link, int) or link < 0:
             raise fail(f"{where}.link", "a whole number >= 0")
         start = t.get("start_us")
-        if start is not None and (isinstance(start, bool) or not isinstance(start, (int, float)) or start < 0):
+        if start is not None and (isinstance(start, bool) or not isinstance(start, (int, float)) or not 0 <= start < math.inf):
             raise fail(f"{where}.start_us", "a number >= 0")
         transfers.append(Transfer(tuple(chunks), t["src"], t["dst"], step, op, link,
                                   None if start is None else float(start)))

@@ -421,14 +421,16 @@ def _parameter(key: str, spec: Any, where: str, fail, check_knob, earlier: list[
     numbers = {}
     for k in ("low", "high"):
         v = spec.get(k)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind == "int" and not isinstance(v, int)):
-            raise fail(f"{where}.{k}", f"{'a whole number' if kind == 'int' else 'a number'} (required)")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind == "int" and not isinstance(v, int)) \
+                or not math.isfinite(v):
+            raise fail(f"{where}.{k}", f"{'a whole number' if kind == 'int' else 'a finite number'} (required)")
         check_knob(key, v, f"{where}.{k}")
         numbers[k] = v
     if numbers["low"] > numbers["high"]:
         raise fail(f"{where}.low", f"at most high ({numbers['high']}), got {numbers['low']}")
     step = spec.get("step")
-    if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float)) or step <= 0
+    if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float)) or not step > 0
+                             or not math.isfinite(step)
                              or (kind == "int" and not isinstance(step, int))):
         raise fail(f"{where}.step", "a positive number (whole for int)")
     log = spec.get("log", False)
