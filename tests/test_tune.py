@@ -172,3 +172,23 @@ def test_a_stuck_sampler_gets_an_unseen_configuration_enqueued(tmp_path):
     assert new is not None and new != same
     assert new in enumerate_space(space)
     assert study.get_trials(states=(TrialState.WAITING,))[0].system_attrs["fixed_params"] == new
+
+
+def test_progress_bar_on_stderr_counts_trials_and_no_progress_removes_it(tmp_path, capsys):
+    space = write_space(tmp_path)
+    out = tmp_path / "runs"
+    fresh_store(out)
+    common = ["tune", "--space", str(space), "--out", str(out), "--sampler", "random", "--seed", "4"]
+    assert main([*common, "--trials", "2"]) == 0
+    captured = capsys.readouterr()
+    assert "2/2" in captured.err and "trials:" in captured.err and "best " in captured.err, captured.err
+    assert "2/2" not in captured.out and "study ndv2x2-allgather" in captured.out     # the summary table
+    best = min(t.value for t in optuna.load_study(study_name="ndv2x2-allgather", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(out / "optuna.journal")))).trials if t.value is not None)
+    assert f"best {best:.4f}" in captured.err
+    assert main([*common, "--trials", "3", "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "trials:" not in captured.err and "1/1" not in captured.err, captured.err
+    assert "study ndv2x2-allgather" in captured.out
+    assert len(optuna.load_study(study_name="ndv2x2-allgather", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(out / "optuna.journal")))).trials) == 3

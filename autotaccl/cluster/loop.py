@@ -25,9 +25,11 @@ log = logging.getLogger(__name__)
 
 
 def run_trials(config, study: optuna.Study, objective, counted: Callable[[FrozenTrial], bool],
-               n_trials: int | None = None, failed_catch: tuple[type[Exception], ...] = ()) -> int:
+               n_trials: int | None = None, failed_catch: tuple[type[Exception], ...] = (),
+               after_trial: Callable[[], None] | None = None) -> int:
     """Run trials of ``study`` until it has ``config.trials`` counted ones (or ``n_trials`` here, or the
-    time-out); ``failed_catch`` are the objective's own failure exceptions. Returns trials run here."""
+    time-out); ``failed_catch`` are the objective's own failure exceptions; ``after_trial()`` is called
+    once each trial of this worker has finished (progress). Returns trials run here."""
     from ..tuning import tracking
     from ..tuning.space import sample
 
@@ -85,6 +87,8 @@ def run_trials(config, study: optuna.Study, objective, counted: Callable[[Frozen
             except optuna.exceptions.UpdateFinishedTrialError as err:
                 log.warning("a trial of this worker was failed by another worker's reaper meanwhile: %s", err)
             ran += 1
+            if after_trial is not None:
+                after_trial()
             if study._stop_flag:       # the sampler stopped the study (BruteForce: space exhausted)
                 break
         finally:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
+from dataclasses import replace
 
 from ..errors import InputError
 from ..safety import check_tune_args
@@ -85,11 +87,15 @@ def run(args) -> int:
                           runner_options=runner_options(args), storage=args.storage, study=args.study,
                           tracking_uri=args.tracking_uri, workers=args.workers, sampler=args.sampler, seed=args.seed,
                           out=args.out, resume=args.resume, margin=args.margin, synth_time_limit=args.synth_time_limit,
-                          progress=not args.no_progress and not args.json)
+                          progress=None)
     from ..collectives import canonical_name
 
     collectives = [canonical_name(c) for c in args.collective] if args.collective else None
-    summaries = tune(request, collectives)
+    if args.no_progress or args.json:
+        summaries = tune(request, collectives)
+    else:
+        with ProgressBar() as bar:
+            summaries = tune(replace(request, progress=bar.update), collectives)
     if args.json:
         from ..cli import print_json
 
@@ -104,6 +110,34 @@ def run(args) -> int:
     for s in summaries:
         print(summary_table(s))
     return 0
+
+
+class ProgressBar:
+    """A tqdm bar on stderr: trials done / requested and the best objective so far (one bar per study)."""
+
+    def __init__(self) -> None:
+        self.bar = None
+
+    def update(self, done: int, total: int, best: float | None) -> None:
+        from tqdm import tqdm
+
+        if self.bar is None or self.bar.total != total or done < self.bar.n:     # a new study
+            self.close()
+            self.bar = tqdm(total=total, desc="trials", unit="trial", file=sys.stderr, dynamic_ncols=True)
+        self.bar.n = done
+        self.bar.set_postfix_str("best -" if best is None else f"best {best:.4f}", refresh=False)
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def __enter__(self) -> "ProgressBar":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def summary_table(s) -> str:

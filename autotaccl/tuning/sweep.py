@@ -17,7 +17,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import optuna
 from optuna.trial import TrialState
@@ -52,7 +52,7 @@ class TuneRequest:
     resume: bool = False        # the study must exist already (several hosts: start one, --resume the rest)
     margin: float = 0.10
     synth_time_limit: float | None = 60.0
-    progress: bool = True
+    progress: Callable[[int, int, float | None], None] | None = None   # (done, requested, best) per trial
 
 
 @dataclass(frozen=True)
@@ -219,19 +219,27 @@ def _log_baselines(client, experiment_id: str, parent: str, ref: Reference, spac
 
 
 def run_workers(config: SweepConfig, config_path: Path, study: optuna.Study, workers: int, remaining: int,
-                progress: bool) -> None:
-    """Run ``remaining`` trials: in this process (1 worker) or in ``workers`` processes on the same storage."""
+                progress: Callable[[int, int, float | None], None] | None = None) -> None:
+    """Run ``remaining`` trials: in this process (1 worker) or in ``workers`` processes on the same storage;
+    ``progress(done, remaining, best value)`` is called as trials finish."""
     if remaining <= 0:
         return
+    start = len([t for t in study.get_trials(deepcopy=False) if counted(t)])
+
+    def report() -> None:
+        if progress:
+            trials = study.get_trials(deepcopy=False)
+            done = len([t for t in trials if counted(t)]) - start
+            values = [t.value for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
+            progress(min(done, remaining), remaining, min(values, default=None))
+
     if workers <= 1:
-        optimize(config, study, remaining, progress)
+        optimize(config, study, remaining, report)
         return
     # every worker may run them all: the study-wide count (cluster/loop.py) stops them, and a worker
     # that outlives a killed one runs its retried trial
     cmd = [sys.executable, "-m", "autotaccl.tuning.worker", str(config_path), "--n-trials", str(remaining)]
     procs = [subprocess.Popen([*cmd, "--index", str(i)]) for i in range(workers)]
-    start = len([t for t in study.get_trials(deepcopy=False) if counted(t)])
-    bar = _bar(remaining, progress)
     deadline = None if config.timeout is None else time.monotonic() + config.timeout + 300
     try:
         while any(p.poll() is None for p in procs):
@@ -240,36 +248,25 @@ def run_workers(config: SweepConfig, config_path: Path, study: optuna.Study, wor
                     p.terminate()
                 break
             time.sleep(1.0)
-            done = len([t for t in study.get_trials(deepcopy=False) if counted(t)]) - start
-            if bar is not None:
-                bar.n = min(done, remaining)
-                bar.refresh()
+            report()
     finally:
         for p in procs:
             try:
                 p.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 p.kill()
-        if bar is not None:
-            bar.close()
     failed = [p.returncode for p in procs if p.returncode not in (0, None)]
     if failed:
         log.warning("%d worker(s) exited with status %s", len(failed), failed)
 
 
-def _bar(total: int, enabled: bool):
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc="trials", unit="trial")
-
-
-def optimize(config: SweepConfig, study: optuna.Study, n_trials: int, progress: bool = False) -> None:
+def optimize(config: SweepConfig, study: optuna.Study, n_trials: int,
+             after_trial: Callable[[], None] | None = None) -> None:
     """The worker loop: stop after ``n_trials`` here, or once the study has ``config.trials`` counted trials."""
     from ..cluster.loop import run_trials
 
-    run_trials(config, study, Objective(config), counted, n_trials, failed_catch=(TrialFailed,))
+    run_trials(config, study, Objective(config), counted, n_trials, failed_catch=(TrialFailed,),
+               after_trial=after_trial)
 
 
 def summarize(study: optuna.Study, config: SweepConfig) -> StudySummary:
