@@ -192,3 +192,87 @@ def test_progress_bar_on_stderr_counts_trials_and_no_progress_removes_it(tmp_pat
     assert "study ndv2x2-allgather" in captured.out
     assert len(optuna.load_study(study_name="ndv2x2-allgather", storage=optuna.storages.JournalStorage(
         optuna.storages.journal.JournalFileBackend(str(out / "optuna.journal")))).trials) == 3
+
+
+ONE_NIC = {   # 2 GPUs per node, only GPU 0 reaches the network: a relay from GPU 1 has no link
+    "name": "pair1nic", "gpus_per_node": 2,
+    "link_classes": {"nvlink": {"alpha_us": 0.7, "bandwidth_GBps": 25.0}, "pcie": {"alpha_us": 0.5, "bandwidth_GBps": 16.0},
+                     "ib": {"alpha_us": 2.6, "bandwidth_GBps": 12.5}},
+    "links": {"class": "nvlink", "pairs": [[0, 1, 1]]},
+    "nics": [{"class": "ib", "via": "pcie", "gpus": [0]}],
+}
+
+
+class WrongDataRunnerDouble:
+    """Test double for a real runner whose ranks computed a wrong result: it times algorithms with the
+    simulator and reports its first measurement of a synthesized algorithm as both fastest and wrong
+    (wrong > 0), as a faulty rank would; later measurements are right."""
+
+    name = "mpi"
+
+    def __init__(self, graph) -> None:
+        self.graph, self.corrupted = graph, 0
+
+    def measure(self, algorithm, sizes, **options):
+        from runners import sim
+
+        frame = sim.measure(algorithm, sizes, graph=self.graph)
+        if "sketch_key" in algorithm.metadata and not self.corrupted:      # baselines have no sketch
+            self.corrupted += 1
+            frame["time_us"] = frame["time_us"] / 100          # it would win every size if it counted
+            frame["wrong"] = 7
+        return frame
+
+
+def test_infeasible_sketch_and_wrong_data_fail_their_trials_and_export_skips_them(tmp_path, monkeypatch):
+    import runners
+
+    from autotaccl.tuning.space import load_space
+
+    (tmp_path / "pair1nic.yaml").write_text(yaml.safe_dump(ONE_NIC))
+    space = write_space(tmp_path, {
+        "target": {"hardware": "pair1nic.yaml", "nodes": 2, "collective": "allgather"}, "sizes": "1K,64K",
+        "fixed": {"engine": "greedy"},
+        "parameters": {"relay_map": {"type": "categorical", "choices": ["0:0", "1:1"]},
+                       "protocol": {"type": "categorical", "choices": ["Simple", "LL"]}}})
+    double = WrongDataRunnerDouble(load_space(str(space)).graph())
+    real = runners.get_runner
+    monkeypatch.setattr(runners, "get_runner", lambda name: double if name == "mpi" else real(name))
+    out = tmp_path / "runs"
+    fresh_store(out)
+    (summary,) = tune(TuneRequest(space=str(space), trials=4, out=str(out), sampler="bruteforce", seed=0,
+                                  runner="mpi", margin=10.0))
+    assert double.corrupted == 1, "the double reported one wrong result"
+
+    study = optuna.load_study(study_name=summary.study, storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(out / "optuna.journal"))))
+    trials = study.trials
+    infeasible = [t for t in trials if t.params.get("relay_map") == "1:1"]
+    wrong = [t for t in trials if "wrong elements" in t.user_attrs.get("failure_reason", "")]
+    assert len(infeasible) == 2 and len(wrong) == 1            # relay 1:1 with either protocol; one bad measurement
+    for t in infeasible:
+        assert t.state == TrialState.FAIL
+        assert t.user_attrs["failure_reason"].startswith("synthesis:")
+        assert "internode_conn 1->1: the topology has no link from rank 1" in t.user_attrs["failure_reason"]
+    assert wrong[0].state == TrialState.FAIL and wrong[0].params["relay_map"] == "0:0"
+    assert wrong[0].user_attrs["failure_reason"].startswith("mpi runner: mpi runner found wrong elements at sizes")
+    good = [t for t in trials if t not in infeasible and t not in wrong]
+    assert good and all(t.state == TrialState.COMPLETE for t in good)      # the sweep went on past both
+    assert len(trials) == 4                                  # every configuration of the space, once
+
+    df = runs(out, "pair1nicx2-allgather")
+    mine = df[df["tags.autotaccl.kind"] == "trial"]
+    failed = {t.number: t.user_attrs["failure_reason"] for t in infeasible + wrong}
+    bad = mine[mine["tags.state"] == "FAIL"]
+    assert dict(zip(bad["tags.optuna.trial"].astype(int), bad["tags.failure_reason"])) == failed
+    assert (bad["status"] == "FAILED").all() and (bad["tags.verified"] == "false").all()
+
+    target = tmp_path / "export"
+    assert main(["export", "--tracking-uri", f"sqlite:///{out / 'mlflow.db'}", "--experiment",
+                 "pair1nicx2-allgather", "-o", str(target)]) == 0
+    import pandas as pd
+
+    table = pd.read_csv(target / "table.csv")
+    assert not set(table.run_id) & set(bad.run_id)          # failed runs are never exported
+    exportable = set(mine[mine["tags.state"] == "COMPLETE"].run_id) | set(df[df["tags.autotaccl.kind"] == "baseline"].run_id)
+    assert set(table.run_id) <= exportable
