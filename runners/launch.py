@@ -3,7 +3,8 @@
 The job runs in a new session. On timeout (or after a failure) its process group gets SIGTERM, then
 SIGKILL after a grace period; so do all its descendants and any rank pid the caller names, because
 MPICH's Hydra starts every rank in a session of its own (killing the launcher's group alone would
-miss them). Output goes to files, never pipes, so a chatty job cannot block.
+miss them). If the process that started the job dies, even by SIGKILL, the kernel kills the launcher
+(PR_SET_PDEATHSIG) and Hydra ends the ranks. Output goes to files, never pipes, so a chatty job cannot block.
 """
 from __future__ import annotations
 
@@ -134,17 +135,24 @@ def terminate(proc: subprocess.Popen, extra: Iterable[int] = (), grace: float = 
         log.warning("job %d did not exit after SIGKILL", proc.pid)
 
 
-def die_with_parent(parent: int) -> None:
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(prctl, parent: int) -> None:
     """In the forked child, before exec: the kernel SIGKILLs it when the process (strictly, the thread)
     that started it dies, however that dies (Linux ``PR_SET_PDEATHSIG``). A killed tune worker thus takes
-    its launcher with it, and Hydra's proxies, losing their launcher, end the ranks."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    PR_SET_PDEATHSIG = 1
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    its launcher with it, and Hydra's proxies, losing their launcher, end the ranks. ``prctl`` is looked up
+    in the parent: nothing is loaded between fork and exec."""
+    prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:       # the parent died between fork and prctl
         os._exit(1)
+
+
+@functools.cache
+def _prctl():
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True).prctl
 
 
 def run(argv: Sequence[str], workdir: Path, timeout: float, env: Mapping[str, str] | None = None,
@@ -163,7 +171,7 @@ def run(argv: Sequence[str], workdir: Path, timeout: float, env: Mapping[str, st
         try:
             proc = subprocess.Popen(list(map(str, argv)), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                     env=dict(env) if env is not None else None, start_new_session=True,
-                                    preexec_fn=functools.partial(die_with_parent, os.getpid()))
+                                    preexec_fn=functools.partial(die_with_parent, _prctl(), os.getpid()))
         except OSError as error:
             raise JobError(f"cannot start {argv[0]}: {error.strerror or error}") from None
         deadline = start + timeout
