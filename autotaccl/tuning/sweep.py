@@ -233,6 +233,7 @@ def run_workers(config: SweepConfig, config_path: Path, study: optuna.Study, wor
             values = [t.value for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
             progress(min(done, remaining), remaining, min(values, default=None))
 
+    report()                # 0 / remaining: the bar shows before the first trial ends
     if workers <= 1:
         optimize(config, study, remaining, report)
         return
