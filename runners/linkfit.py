@@ -2,7 +2,7 @@
 
 ``t(s) = alpha + s / bandwidth`` is fitted by least squares on *relative* residuals (each point
 weighted by 1/t, so a 1 KiB latency counts as much as a 16 MiB transfer), with alpha and 1/bandwidth
-kept non-negative (NNLS). Pairs are grouped by host (same node / other node) or, within a node, by
+kept non-negative (NNLS) and outliers down-weighted (Tukey bisquare, iteratively re-weighted). Pairs are grouped by host (same node / other node) or, within a node, by
 measured bandwidth; each class is fitted on all its pairs' points. The result is a hardware profile
 in the schema :func:`autotaccl.hardware.profile_from_dict` reads.
 """
@@ -32,6 +32,7 @@ class Fit:
     r2: float
     sizes: tuple[int, ...]
     times_us: tuple[float, ...]
+    rejected: int = 0          # points the robust fit gave no weight (outliers)
 
     def predict(self, size: float) -> float:
         return self.alpha_us + size / (self.bandwidth_GBps * 1e3)
@@ -42,22 +43,45 @@ class Fit:
         return tuple((t - self.predict(s)) / t for s, t in zip(self.sizes, self.times_us))
 
 
-def fit_alpha_beta(sizes: Sequence[int], times_us: Sequence[float]) -> Fit:
+def _relative_nnls(s: np.ndarray, t: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """alpha, beta >= 0 minimising sum(weight * ((t - alpha - beta*s) / t)**2)."""
+    root = np.sqrt(weight) / t
+    coef, _ = nnls(np.column_stack([root, s * root]), t * root)
+    return coef
+
+
+def fit_alpha_beta(sizes: Sequence[int], times_us: Sequence[float], rounds: int = 30) -> Fit:
+    """Robust relative least squares: minimise the squared *relative* residuals, so the smallest sizes
+    fix alpha and the largest fix the bandwidth, re-weighting points with Tukey's bisquare (scale from
+    the median absolute residual) so that one disturbed measurement cannot drag the line. R² is taken
+    on the relative residuals of the points the fit kept; a fit that had to reject more than a quarter
+    of the points reports R² over all of them (a poor fit is not hidden by discarding data)."""
     s = np.asarray(sizes, float)
     t = np.asarray(times_us, float)
     if len(s) < 2 or len(set(sizes)) < 2 or not np.all(t > 0):
         raise PoorFitError("need positive times at two or more distinct sizes")
-    w = 1.0 / t
-    (alpha, beta), _ = nnls(np.column_stack([w, s * w]), np.ones_like(t))
-    fitted = alpha + beta * s
-    ww = w ** 2
-    mean = np.sum(ww * t) / np.sum(ww)
-    total = np.sum(ww * (t - mean) ** 2)
-    r2 = 1.0 - np.sum(ww * (t - fitted) ** 2) / total if total > 0 else 0.0
+    weight = np.ones_like(t)
+    alpha, beta = _relative_nnls(s, t, weight)
+    for _ in range(rounds if len(t) > 3 else 0):
+        r = (t - alpha - beta * s) / t
+        scale = max(1.4826 * float(np.median(np.abs(r - np.median(r)))), 0.01)
+        u = r / (4.685 * scale)
+        new = np.where(np.abs(u) < 1, (1 - u ** 2) ** 2, 0.0)
+        if np.allclose(new, weight, atol=1e-6):
+            break
+        weight = new
+        alpha, beta = _relative_nnls(s, t, weight)
     if beta <= 0:
         raise PoorFitError("the times do not grow with the message size, so no bandwidth can be fitted")
+    kept = weight if np.count_nonzero(weight) >= 0.75 * len(t) else np.ones_like(t)
+    rel = (t - alpha - beta * s) / t
+    w = kept / t ** 2
+    mean = np.sum(w * t) / np.sum(w)
+    total = np.sum(kept * ((t - mean) / t) ** 2)
+    r2 = 1.0 - np.sum(kept * rel ** 2) / total if total > 0 else 0.0
     bandwidth = 1.0 / beta / 1e3
-    return Fit(float(alpha), float(bandwidth), float(r2), tuple(int(x) for x in sizes), tuple(float(x) for x in t))
+    return Fit(float(alpha), float(bandwidth), float(r2), tuple(int(x) for x in sizes), tuple(float(x) for x in t),
+               int(np.count_nonzero(weight == 0)))
 
 
 @dataclass(frozen=True)
@@ -168,7 +192,7 @@ def report(m: Measured) -> str:
     for c in m.classes:
         f = c.fit
         lines.append(f"# class {c.name}: alpha {f.alpha_us:.3f} us, bandwidth {f.bandwidth_GBps:.3f} GB/s, "
-                     f"R² {f.r2:.4f}, {len(c.pairs)} pair(s)")
+                     f"R² {f.r2:.4f} (relative residuals), {len(c.pairs)} pair(s), {f.rejected} outlier point(s) ignored")
         lines.append("#       size   measured_us     fitted_us  residual")
         for size in sorted(set(f.sizes)):
             measured = [t for s, t in zip(f.sizes, f.times_us) if s == size]
@@ -183,7 +207,7 @@ def write_profile(m: Measured, path: str | Path, name: str, how: str) -> None:
     path = Path(path)
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     header = [f"# Measured by `autotaccl profile` on {when}.", f"# How: {how}",
-              "# Model: one-way time = alpha + bytes / bandwidth, least squares on relative residuals."]
+              "# Model: one-way time = alpha + bytes / bandwidth, robust least squares on relative residuals."]
     for c in m.classes:
         header.append(f"# {c.name}: pairs {' '.join(f'{a}-{b}' for a, b in c.pairs)}; R² {c.fit.r2:.4f}, "
                       f"max |residual| {100 * max(map(abs, c.fit.residuals)):.1f}%")

@@ -1,7 +1,8 @@
 """Rank side of link profiling: ping-pong between every pair of ranks, one pair at a time.
 
 For each pair ``(a, b)`` and size, ``a`` sends to ``b`` and ``b`` sends back, ``iters`` times; the
-one-way time is half the median round trip (robust to a round trip that lost its core). Ranks not in the current pair wait in a sleeping barrier, so they leave the CPUs to the
+one-way time is half the fastest round trip (a round trip that lost its core to another process only
+ever takes longer, so the minimum rejects that noise). Ranks not in the current pair wait in a sleeping barrier, so they leave the CPUs to the
 pair when ranks share cores.
 """
 from __future__ import annotations
@@ -21,9 +22,10 @@ def _sleeping_barrier(comm: MPI.Comm) -> None:
 
 
 def one_way_us(comm: MPI.Comm, a: int, b: int, buf: np.ndarray, iters: int, warmup: int) -> float:
-    """Half the median of ``iters`` timed round trips of ``buf`` between ranks ``a`` and ``b`` (µs; call on both).
+    """Half the fastest of ``iters`` timed round trips of ``buf`` between ranks ``a`` and ``b`` (µs; call on both).
 
-    The median, not the mean, so a round trip that lost its core to another process does not count.
+    The minimum, not the mean or median: on shared cores noise only adds time, so the fastest round
+    trip is the best estimate of what the link itself costs.
     """
     rank = comm.Get_rank()
     peer = b if rank == a else a
@@ -39,7 +41,7 @@ def one_way_us(comm: MPI.Comm, a: int, b: int, buf: np.ndarray, iters: int, warm
             comm.Send(msg, peer, 7)
         if i >= warmup:
             samples.append(MPI.Wtime() - start)
-    return float(np.median(samples)) / 2 * 1e6
+    return float(np.min(samples)) / 2 * 1e6
 
 
 def pingpong(comm: MPI.Comm, task: dict, beat: Heartbeat) -> dict:

@@ -46,6 +46,17 @@ def test_fit_recovers_alpha_and_bandwidth():
     assert fit.r2 == pytest.approx(1.0) and max(map(abs, fit.residuals)) < 1e-9
 
 
+def test_fit_ignores_one_outlier_and_says_so():
+    sizes = [1 << k for k in range(10, 27, 2)]
+    times = [2.0 + s / 9e3 for s in sizes]
+    times[4] *= 3.0                      # one round trip that lost its core for a while
+    fit = fit_alpha_beta(sizes, times)
+    assert fit.alpha_us == pytest.approx(2.0, rel=1e-3) and fit.bandwidth_GBps == pytest.approx(9.0, rel=1e-3)
+    assert fit.rejected == 1 and fit.r2 > 0.999
+    plain = fit_alpha_beta(sizes, times, rounds=0)   # without re-weighting the outlier drags the line
+    assert plain.rejected == 0 and abs(plain.bandwidth_GBps / 9.0 - 1) > 0.03 and plain.r2 < 0.95
+
+
 def test_two_hosts_give_intra_and_net_classes_and_a_loadable_profile():
     hosts = ["a", "a", "b", "b"]
     pairs = [{"a": x, "b": y, "sizes": SIZES, "times_us": line(1.0, 20.0) if hosts[x] == hosts[y] else line(5.0, 3.0)}

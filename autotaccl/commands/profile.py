@@ -23,7 +23,7 @@ def register(subparsers) -> None:
     p.add_argument("--hostfile", help="hostfile for mpiexec")
     p.add_argument("--launcher", default="mpiexec", help="mpiexec (default), srun, or a launcher path with arguments")
     p.add_argument("--sizes", default="1K:16M:x4", help="message sizes (default 1K:16M:x4)")
-    p.add_argument("--iters", type=int, default=20, help="timed round trips per size; the median counts (default 20)")
+    p.add_argument("--iters", type=int, default=20, help="timed round trips per size; the fastest counts (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="untimed round trips per size (default 3)")
     p.add_argument("--group", default="host", choices=("host", "speed"),
                    help="link classes by host (same node / other node) or by measured speed (default host)")
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     how = (f"MPI ping-pong between all {len(task['pairs'])} rank pairs, one pair at a time, {args.np} ranks on "
            f"{', '.join(sorted(set(measured.hosts)))}; sizes {format_size(sizes[0])}..{format_size(sizes[-1])}; "
-           f"median of {args.iters} round trips per size; launcher {args.launcher}; classes by {args.group}.")
+           f"fastest of {args.iters} round trips per size; launcher {args.launcher}; classes by {args.group}.")
     write_profile(measured, out, name, how)
     if args.json:
         print_json({"output": str(out), "profile": profile_dict(measured, name),
