@@ -57,8 +57,14 @@ class Executor:
             self.message[i] = [view, MPI.BYTE]
         self.reduce_rows = [[(self.rows[r], self.rows[w]) for r, w in zip(op.reads, op.writes)]
                             if op.kind == "reduce" else None for op in self.ops]
+        # final copies no operation interferes with (source never written, destination never touched:
+        # out-of-place AllGather's own block) are done first, while the first messages are in flight
         copies = program.final_copies
-        self.final = [(self.rows[s], self.rows[d]) for s, d in copies]
+        written = {w for op in self.ops for w in op.writes}
+        touched = written | {r for op in self.ops for r in op.reads}
+        early = set() if program.staged else {(s, d) for s, d in copies if s not in written and d not in touched}
+        self.early = [(self.rows[s], self.rows[d]) for s, d in copies if (s, d) in early]
+        self.final = [(self.rows[s], self.rows[d]) for s, d in copies if (s, d) not in early]
         self.staged = program.staged
 
     def run(self) -> None:
@@ -68,6 +74,7 @@ class Executor:
         requests: list[MPI.Request] = []
         owners: list[int] = []
         ready = deque(i for i, n in enumerate(remaining) if n == 0)
+        early_copies = self.early
 
         def complete(i: int) -> None:
             done[i] = 1
@@ -95,6 +102,10 @@ class Executor:
                     for j, (mine, out) in enumerate(self.reduce_rows[i]):
                         self.ufunc(received[j], mine, out=out)
                     complete(i)
+            if early_copies:    # after the first operations are posted
+                for src, dst in early_copies:
+                    dst[...] = src
+                early_copies = ()
             if not requests:
                 break
             k, finished = MPI.Request.Testany(requests)
