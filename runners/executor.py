@@ -2,8 +2,10 @@
 
 An operation starts as soon as the operations it depends on have completed: sends and receives are
 posted with ``Isend``/``Irecv`` (tag = transfer index, so matching never depends on posting order),
-reductions run in numpy when their message and local operands are ready. Multi-chunk transfers whose
-slots are not adjacent are packed into (or unpacked from) a staging array.
+reductions run in numpy when their message and local operands are ready. Single-chunk transfers and
+multi-chunk ones over adjacent slots go straight from/to their rows (no copy); others are packed into
+(or unpacked from) a staging array allocated once. Final copies that no operation interferes with run
+right after the first messages are posted; the rest after the last.
 """
 from __future__ import annotations
 
