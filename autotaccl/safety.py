@@ -7,7 +7,11 @@ tracking store are sanitised with :func:`file_stem` instead, since the store may
 from __future__ import annotations
 
 import re
+import shutil
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from .errors import InputError
 
@@ -118,3 +122,27 @@ def check_tune_args(args) -> None:
         tracking_uri(args.tracking_uri)
     if args.study is not None:
         safe_name(args.study, "--study", repr(args.study))
+
+
+@contextmanager
+def replaced_dir(out_dir: str | Path) -> Iterator[Path]:
+    """Yield an empty sibling directory to fill; on success it replaces ``out_dir`` in one rename.
+
+    On any error the half-written directory is removed and ``out_dir`` is left as it was.
+    """
+    out = Path(out_dir).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield tmp
+        if out.exists():
+            old = out.with_name(f".{out.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            out.rename(old)
+            tmp.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -9,8 +9,6 @@ from __future__ import annotations
 import datetime as dt
 import html
 import logging
-import shutil
-import tempfile
 import warnings
 from pathlib import Path
 from string import Template
@@ -18,17 +16,13 @@ from typing import Sequence
 
 import pandas as pd
 
-from autotaccl.errors import InputError
+from autotaccl.tuning.tracking import logged_sizes
 from autotaccl.sizes import format_size
 
 from .plots import busbw_figure, save_png
 
 log = logging.getLogger(__name__)
 TEMPLATE = Path(__file__).with_name("template.html")
-
-
-def _sizes(frame: pd.DataFrame) -> list[int]:
-    return sorted(int(c.rsplit(".", 1)[1]) for c in frame.columns if c.startswith("metrics.time_us."))
 
 
 def _load_study(storage: str, name: str):
@@ -75,7 +69,7 @@ def experiment_section(experiment, frame: pd.DataFrame, out: Path) -> str:
     bases = frame[kind == "baseline"]
     trials = frame[(kind == "trial") & (frame.get("tags.verified") == "true")]
     sweeps = frame[kind == "sweep"]
-    sizes = _sizes(frame)
+    sizes = logged_sizes(frame)
     parts = [f"<h2 id=\"{e(slug)}\">{e(experiment.name)}</h2>"]
     counts = frame[kind == "trial"].get("tags.state", pd.Series(dtype=str)).value_counts().to_dict()
     parts.append(f"<p>{len(frame[kind == 'trial'])} trials ("
@@ -139,44 +133,20 @@ def experiment_section(experiment, frame: pd.DataFrame, out: Path) -> str:
 def build_report(tracking_uri: str, experiments: Sequence[str] | None, out_dir: str | Path) -> Path:
     """Write ``index.html`` and its PNGs into ``out_dir`` (replaced atomically); returns the page's path."""
     import mlflow
-    from mlflow.tracking import MlflowClient
 
-    from autotaccl.tuning.tracking import existing_store
+    from autotaccl.safety import replaced_dir
+    from autotaccl.tuning.tracking import autotaccl_experiments
 
-    mlflow.set_tracking_uri(existing_store(tracking_uri))
-    client = MlflowClient(tracking_uri=tracking_uri)
-    found = [x for x in client.search_experiments(max_results=10_000) if "autotaccl.target" in x.tags]
-    if experiments:
-        by_name = {x.name: x for x in found}
-        missing = [n for n in experiments if n not in by_name]
-        if missing:
-            raise InputError("--experiment", missing[0],
-                             f"an autotaccl experiment in {tracking_uri} ({', '.join(sorted(by_name)) or 'none'})")
-        found = [by_name[n] for n in experiments]
-    if not found:
-        raise InputError("--tracking-uri", tracking_uri, "a store with at least one autotaccl tune experiment")
+    client, found = autotaccl_experiments(tracking_uri, experiments)
     out = Path(out_dir).resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with replaced_dir(out) as tmp:
         sections = []
-        for experiment in sorted(found, key=lambda x: x.name):
+        for experiment in found:
             frame = mlflow.search_runs(experiment_ids=[experiment.experiment_id], max_results=50_000)
             sections.append(experiment_section(experiment, frame, tmp))
         page = Template(TEMPLATE.read_text()).substitute(
-            title=html.escape("autotaccl sweep report: " + ", ".join(sorted(x.name for x in found))),
+            title=html.escape("autotaccl sweep report: " + ", ".join(x.name for x in found)),
             source=html.escape(tracking_uri), generated=html.escape(dt.datetime.now().isoformat(timespec="seconds")),
             sections="\n".join(sections))
         (tmp / "index.html").write_text(page)
-        if out.exists():
-            old = out.with_name(f".{out.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out / "index.html"

@@ -10,15 +10,13 @@ import pytest
 from autotaccl.algorithm import verify
 from autotaccl.collectives import Collective
 from autotaccl.errors import InfeasibleError
-from autotaccl.hardware import profile_from_dict
 from autotaccl.milp import SolverOptions
 from autotaccl.sketch import default_sketch, load_sketch, logical_topology
-from autotaccl.synth.combine import all_reduce, combine_stage, reduce_scatter
+from autotaccl.synth.combine import combine_stage, reduce_scatter
 from autotaccl.synth.logical import LogicalTopology
 from autotaccl.synth.ordering import NAMES, default_heuristic, order
 from autotaccl.synth.routing import RoutingOptions, chunk_edges, route, symmetry_permutations
 from autotaccl.synth.scheduling import ScheduleOptions, schedule
-from autotaccl.topology import build_topology
 
 from conftest import SHARED
 

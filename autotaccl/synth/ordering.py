@@ -16,7 +16,6 @@ link serialisation and are mostly ties. The list schedule's times are returned a
 """
 from __future__ import annotations
 
-import heapq
 import logging
 import time
 from dataclasses import dataclass

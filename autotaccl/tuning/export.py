@@ -14,7 +14,6 @@ import json
 import logging
 import math
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
@@ -23,7 +22,7 @@ import pandas as pd
 
 from ..algorithm import VerificationError, load_algorithm, verify
 from ..errors import InputError
-from ..safety import file_stem
+from ..safety import file_stem, replaced_dir
 from ..sizes import format_size
 from . import tracking
 from .lowered import check, lower_xml
@@ -53,10 +52,6 @@ class Range:
     @property
     def speedup(self) -> float:
         return math.exp(sum(math.log(b / t) for b, t in zip(self.baseline_time_us, self.time_us)) / len(self.time_us))
-
-
-def _sizes(frame: pd.DataFrame) -> list[int]:
-    return sorted(int(c.rsplit(".", 1)[1]) for c in frame.columns if c.startswith("metrics.time_us."))
 
 
 def candidates(client, experiment_id: str) -> pd.DataFrame:
@@ -116,7 +111,7 @@ def _label(run: pd.Series) -> str:
 
 
 def ranges_for(experiment, frame: pd.DataFrame, excluded: set[str]) -> list[Range]:
-    sizes = _sizes(frame)
+    sizes = tracking.logged_sizes(frame)
     per_size = winners(frame, sizes, excluded)
     groups: list[list[dict]] = []
     for row in per_size:
@@ -181,29 +176,14 @@ def _md(text: object) -> str:
 
 def export(tracking_uri: str, experiments: Sequence[str] | None, out_dir: str | Path) -> list[Range]:
     """Write table.csv/.md/.json, one XML per synthesized winning range and README.md into ``out_dir``."""
-    import mlflow
-
-    mlflow.set_tracking_uri(tracking.existing_store(tracking_uri))
-    client = tracking.MlflowClient(tracking_uri=tracking_uri)
-    found = [e for e in client.search_experiments(max_results=10_000) if "autotaccl.target" in e.tags]
-    if experiments:
-        by_name = {e.name: e for e in found}
-        missing = [n for n in experiments if n not in by_name]
-        if missing:
-            raise InputError("--experiment", missing[0],
-                             f"an autotaccl experiment in {tracking_uri} ({', '.join(sorted(by_name)) or 'none'})")
-        found = [by_name[n] for n in experiments]
-    if not found:
-        raise InputError("--tracking-uri", tracking_uri, "a store with at least one autotaccl tune experiment")
+    client, found = tracking.autotaccl_experiments(tracking_uri, experiments)
     out = Path(out_dir).resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with replaced_dir(out) as tmp:
         all_ranges: list[Range] = []
         notes: list[str] = []
         work = tmp / ".downloads"
         work.mkdir()
-        for experiment in sorted(found, key=lambda e: e.name):
+        for experiment in found:
             frame = candidates(client, experiment.experiment_id)
             if frame.empty or not (frame["tags.autotaccl.kind"] == "baseline").any():
                 notes.append(f"{experiment.name}: no verified baseline runs; nothing exported")
@@ -240,17 +220,6 @@ def export(tracking_uri: str, experiments: Sequence[str] | None, out_dir: str | 
         (tmp / "table.json").write_text(json.dumps({"ranges": table.to_dict("records"), "notes": notes}, indent=1))
         (tmp / "table.md").write_text(markdown(table))
         (tmp / "README.md").write_text(readme(all_ranges, notes))
-        if out.exists():
-            old = out.with_name(f".{out.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     _log_export(client, found, out, table)
     return all_ranges
 

@@ -49,6 +49,30 @@ def existing_store(uri: str, flag: str = "--tracking-uri") -> str:
     return uri
 
 
+def autotaccl_experiments(tracking_uri: str, names: Iterable[str] | None) -> tuple[MlflowClient, list]:
+    """The store's autotaccl experiments (all, or those ``names``, in name order), with a client on it."""
+    import mlflow
+
+    mlflow.set_tracking_uri(existing_store(tracking_uri))
+    client = MlflowClient(tracking_uri=tracking_uri)
+    found = [e for e in client.search_experiments(max_results=10_000) if "autotaccl.target" in e.tags]
+    if names:
+        by_name = {e.name: e for e in found}
+        missing = [n for n in names if n not in by_name]
+        if missing:
+            raise InputError("--experiment", missing[0],
+                             f"an autotaccl experiment in {tracking_uri} ({', '.join(sorted(by_name)) or 'none'})")
+        found = [by_name[n] for n in names]
+    if not found:
+        raise InputError("--tracking-uri", tracking_uri, "a store with at least one autotaccl tune experiment")
+    return client, sorted(found, key=lambda e: e.name)
+
+
+def logged_sizes(frame) -> list[int]:
+    """The buffer sizes a ``search_runs`` frame has per-size metrics for."""
+    return sorted(int(c.rsplit(".", 1)[1]) for c in frame.columns if c.startswith("metrics.time_us."))
+
+
 def ensure_experiment(client: MlflowClient, name: str, artifact_root: Path | None,
                       tags: Mapping[str, str]) -> str:
     existing = client.get_experiment_by_name(name)
