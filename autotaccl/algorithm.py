@@ -19,8 +19,8 @@ from typing import Any, Iterable, Mapping
 import networkx as nx
 
 from .collectives import NAMES, Collective
+from .documents import read_document
 from .errors import InputError
-from .safety import TOO_DEEP
 
 FORMAT = "autotaccl-algorithm"
 VERSION = 1
@@ -86,13 +86,7 @@ def load_algorithm(path: str | Path) -> Algorithm:
     path = Path(path)
     if not path.is_file():
         raise InputError(str(path), "file", "an existing algorithm JSON file")
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise InputError(str(path), f"line {getattr(err, 'lineno', 1)}", "valid JSON") from None
-    except RecursionError:
-        raise InputError(str(path), "document", TOO_DEEP) from None
-    return from_json(data, str(path))
+    return from_json(read_document(path, "json"), str(path))
 
 
 def load_verified(path: str | Path) -> Algorithm:

@@ -6,17 +6,16 @@ count into the graph that every other stage reads.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
 
+from .documents import read_document
 from .errors import InputError
 from .resources import data_dir
-from .safety import TOO_DEEP, safe_name
+from .safety import safe_name
 
 
 @dataclass(frozen=True)
@@ -89,28 +88,11 @@ def load_hardware(spec: str | Path, chunk_bytes: int | None = None, cost_scale: 
                              f"a profile file or one of: {', '.join(available_profiles())}")
     if not path.is_file():
         raise InputError(str(path), "file", "an existing hardware profile (YAML) or TACCL topology (JSON)")
-    try:
-        text = path.read_text()
-    except UnicodeDecodeError:
-        raise InputError(str(path), "file", "a UTF-8 text file") from None
+    data = read_document(path)
     if path.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise InputError(str(path), f"line {err.lineno}", f"valid JSON ({err.msg})") from None
-        except RecursionError:
-            raise InputError(str(path), "document", TOO_DEEP) from None
         if chunk_bytes is None:
             raise InputError(str(path), "--chunk-size", "the chunk size this TACCL profile was made for (e.g. 1M)")
         return profile_from_taccl(data, str(path), chunk_bytes, cost_scale)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else "document"
-        raise InputError(str(path), where, "valid YAML") from None
-    except RecursionError:
-        raise InputError(str(path), "document", TOO_DEEP) from None
     return profile_from_dict(data, str(path))
 
 

@@ -25,11 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
-import yaml
 
 from .collectives import Collective, make_collective
+from .documents import read_document
 from .errors import InfeasibleError, InputError
-from .safety import TOO_DEEP
 from .synth.logical import LogicalTopology
 
 INTRANODE_STRATEGIES = ("none", "switch", "minmax", "maxmin")
@@ -92,25 +91,7 @@ def load_sketch(path: str | Path) -> Sketch:
     path = Path(path)
     if not path.is_file():
         raise InputError(str(path), "file", "an existing sketch file (TACCL JSON or YAML)")
-    try:
-        text = path.read_text()
-    except UnicodeDecodeError:
-        raise InputError(str(path), "file", "a UTF-8 text file") from None
-    if path.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise InputError(str(path), f"line {err.lineno}", f"valid JSON ({err.msg})") from None
-        except RecursionError:
-            raise InputError(str(path), "document", TOO_DEEP) from None
-    else:
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            raise InputError(str(path), f"line {mark.line + 1}" if mark else "document", "valid YAML") from None
-        except RecursionError:
-            raise InputError(str(path), "document", TOO_DEEP) from None
+    data = read_document(path)
     return sketch_from_dict(data, str(path))
 
 

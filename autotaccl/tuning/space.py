@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import networkx as nx
-import yaml
 
 from ..collectives import canonical_name
+from ..documents import read_document
 from ..errors import InputError
 from ..hardware import HardwareProfile, load_hardware
 from ..resources import data_dir
-from ..safety import TOO_DEEP, safe_name
+from ..safety import safe_name
 from ..sizes import format_size, parse_size, parse_size_range
 from ..topology import MAX_RANKS, build_topology
 
@@ -228,15 +228,7 @@ def load_space(path: str | Path) -> SearchSpace:
     if not path.is_file():
         names = ", ".join(p.stem for p in shipped_spaces())
         raise InputError(str(path), "file", f"an existing search space YAML file or one of: {names}")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        raise InputError(str(path), f"line {mark.line + 1}" if mark else "document", "valid YAML") from None
-    except UnicodeDecodeError:
-        raise InputError(str(path), "document", "a UTF-8 text file") from None
-    except RecursionError:
-        raise InputError(str(path), "document", TOO_DEEP) from None
+    data = read_document(path, "yaml")
     return space_from_dict(data, str(path), default_name=path.stem, base_dir=path.parent)
 
 
