@@ -27,6 +27,7 @@ import heapq
 import logging
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 from ..algorithm import Algorithm, Transfer, verify
 from ..collectives import Collective
@@ -223,45 +224,58 @@ class _Planner:
             raise InfeasibleError(f"no route from GPU {root} to GPU {v} (node {v // self.gpn}) under this sketch")
 
     def path(self, chunk: int, src: int, dst: int) -> None:
-        """Book ``chunk`` on the earliest-arrival path from ``src`` to ``dst``."""
-        node = src // self.gpn
-        for scope in ({node, dst // self.gpn}, None):
-            arrival = {src: 0.0}
-            parent: dict[int, tuple[int, tuple]] = {}
-            done: set[int] = set()
-            h = self.to(dst)                     # A*: uncontended time still to go, never more than the truth
-            heap = [(h.get(src, 0.0), src)]
-            while heap:
-                _, u = heapq.heappop(heap)
-                if u in done:
-                    continue
-                done.add(u)
-                if u == dst:
-                    break
-                t = arrival[u]
-                for v in self.out[u]:
-                    if v in done or v not in h or (scope is not None and v // self.gpn not in scope):
-                        continue
-                    if not self.allowed(chunk, node, u, v):
-                        continue
-                    opt = self.option(u, v, t)
-                    if opt[0] < arrival.get(v, float("inf")) - EPS:
-                        arrival[v] = opt[0]
-                        parent[v] = (u, opt)
-                        heapq.heappush(heap, (opt[0] + h[v], v))
-            if dst in done:
+        """Book ``chunk`` on the earliest-arrival path from ``src`` to ``dst`` (inside the two nodes first)."""
+        def arrival(u: int, v: int, t: float) -> float:
+            return self.option(u, v, t)[0]
+
+        for scope in ({src // self.gpn, dst // self.gpn}, None):
+            hops = _cheapest_path(self, chunk, src, dst, arrival, scope)
+            if hops is not None:
                 break
         else:
             raise InfeasibleError(f"no route from GPU {src} to GPU {dst} (node {dst // self.gpn}) under this sketch")
-        hops = []
-        v = dst
-        while v != src:
-            u, _ = parent[v]
-            hops.append((u, v))
-            v = u
         t = 0.0
-        for u, v in reversed(hops):   # book hop by hop: earlier hops may have taken an arc a later one wanted
+        for u, v in hops:   # book hop by hop: earlier hops may have taken an arc a later one wanted
             t = self.commit(chunk, u, v, self.option(u, v, t))
+
+
+def _cheapest_path(planner: "_Planner", chunk: int, src: int, dst: int, cost: Callable[[int, int, float], float],
+                   scope: set[int] | None = None) -> list[tuple[int, int]] | None:
+    """Hops of the cheapest ``src -> dst`` path over the links the sketch allows ``chunk``, or None.
+
+    ``cost(u, v, c)`` is the cost on reaching ``v`` from ``u`` reached at cost ``c``; A* with the
+    uncontended time still to go (``planner.to(dst)``, never more than any cost) as the heuristic.
+    ``scope`` limits the search to those nodes.
+    """
+    node = src // planner.gpn
+    h = planner.to(dst)
+    best, parent = {src: 0.0}, {}
+    heap = [(h.get(src, 0.0), src)]
+    done: set[int] = set()
+    while heap:
+        _, u = heapq.heappop(heap)
+        if u in done:
+            continue
+        done.add(u)
+        if u == dst:
+            break
+        for v in planner.out[u]:
+            if v in done or v not in h or (scope is not None and v // planner.gpn not in scope):
+                continue
+            if not planner.allowed(chunk, node, u, v):
+                continue
+            c = cost(u, v, best[u])
+            if c < best.get(v, float("inf")) - EPS:
+                best[v], parent[v] = c, u
+                heapq.heappush(heap, (c + h[v], v))
+    if dst not in done:
+        return None
+    hops = []
+    v = dst
+    while v != src:
+        hops.append((parent[v], v))
+        v = parent[v]
+    return hops[::-1]
 
 
 # --------------------------------------------------------------------------- load-balanced routes
@@ -325,35 +339,9 @@ class _Loads:
 
     def path(self, chunk: int, src: int, dst: int) -> list[tuple[int, int]]:
         """The path whose hops' loaded weights sum least."""
-        p = self.p
-        node = src // p.gpn
-        h = p.to(dst)      # A*: every weight is at least the uncontended time
-        dist, parent = {src: 0.0}, {}
-        heap = [(h.get(src, 0.0), src)]
-        done: set[int] = set()
-        while heap:
-            _, u = heapq.heappop(heap)
-            if u in done:
-                continue
-            done.add(u)
-            if u == dst:
-                break
-            d = dist[u]
-            for v in p.out[u]:
-                if v in done or v not in h or not p.allowed(chunk, node, u, v):
-                    continue
-                nd = d + self.weight(u, v)
-                if nd < dist.get(v, float("inf")) - EPS:
-                    dist[v], parent[v] = nd, u
-                    heapq.heappush(heap, (nd + h[v], v))
-        if dst not in done:
-            raise InfeasibleError(f"no route from GPU {src} to GPU {dst} (node {dst // p.gpn}) under this sketch")
-        hops = []
-        v = dst
-        while v != src:
-            hops.append((parent[v], v))
-            v = parent[v]
-        hops.reverse()
+        hops = _cheapest_path(self.p, chunk, src, dst, lambda u, v, d: d + self.weight(u, v))
+        if hops is None:
+            raise InfeasibleError(f"no route from GPU {src} to GPU {dst} (node {dst // self.p.gpn}) under this sketch")
         self.use(hops)
         return hops
 
