@@ -136,16 +136,31 @@ class NcclTestsRunner:
         return measure(algorithm, sizes, **options)
 
 
-def measure(algorithm: Algorithm | str | Path, sizes: Sequence[int], *, binary: str, launcher: str | Sequence[str],
+def launcher_argv(launcher: str | Sequence[str] | None, np: int | None, hostfile: str | None) -> list[str]:
+    """The launcher's argv: the whole line as given, or (with ``np``) ``LAUNCHER -n NP [-hostfile F]``."""
+    if np is None and hostfile is None and launcher is not None:
+        return shlex.split(launcher) if isinstance(launcher, str) else list(launcher)
+    if np is None:
+        raise InputError("--np", "(missing)", "the number of ranks to launch (or a whole --launcher line)")
+    from .mpi import launcher_command
+
+    line = launcher if launcher is None or isinstance(launcher, str) else shlex.join(launcher)
+    return launcher_command(line or "mpiexec", np, hostfile)
+
+
+def measure(algorithm: Algorithm | str | Path, sizes: Sequence[int], *, binary: str,
+            launcher: str | Sequence[str] | None = None, np: int | None = None, hostfile: str | None = None,
             runtime: str = "both", iters: int = 20, warmup: int = 5, dtype: str = "float32", op: str = "sum",
             timeout: float = 600.0, env_flag: str | None = None, workdir: str | None = None,
             **_ignored) -> pd.DataFrame:
     """Run nccl-tests on ``algorithm`` (an XML path, or an Algorithm lowered to XML) at ``sizes``.
 
     ``binary`` is an nccl-tests ``*_perf`` executable or the directory holding them; ``launcher`` the
-    launcher and its arguments (``"mpirun -np 8 --hostfile hosts"``, ``"srun -n 8"``).
+    launcher and its arguments (``"mpirun -np 8 --hostfile hosts"``, ``"srun -n 8"``), or, with ``np``
+    (and ``hostfile``), just the launcher (mpiexec by default) as ``autotaccl tune`` passes it.
     """
     check_dtype(dtype), check_op(op)
+    launcher = launcher_argv(launcher, np, hostfile)
     with tempfile.TemporaryDirectory(prefix="autotaccl-nccl-tests-") as tmp:
         work = Path(workdir or tmp)
         work.mkdir(parents=True, exist_ok=True)

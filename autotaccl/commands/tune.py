@@ -69,6 +69,9 @@ def run(args) -> int:
     check_tune_args(args)      # names, paths and URLs: before anything is created
     if args.runner == "nccl-tests" and not args.binary:
         raise InputError("--binary", "(missing)", "the nccl-tests binary or build directory for --runner nccl-tests")
+    if args.runner == "nccl-tests" and args.np is None and not args.launcher:
+        raise InputError("--np", "(missing)", "the number of ranks to launch (or a whole --launcher line) for "
+                                              "--runner nccl-tests")
     if args.timeout is not None and args.timeout <= 0:
         raise InputError("--timeout", str(args.timeout), "a positive number of seconds")
     if not args.heartbeat >= 1:
