@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from test_tune_fidelity import HARDWARE, SPACE as FIDELITY_SPACE
 from test_tuning_store import fresh_store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,23 +108,8 @@ def own_mlflow_server(tmp_path):
     server.stop()
 
 
-HARDWARE = {   # 2 GPUs per node: 2 nodes = 4 real MPI ranks
-    "name": "pair", "gpus_per_node": 2,
-    "link_classes": {"nvlink": {"alpha_us": 0.7, "bandwidth_GBps": 25.0}, "pcie": {"alpha_us": 0.5, "bandwidth_GBps": 16.0},
-                     "ib": {"alpha_us": 2.6, "bandwidth_GBps": 12.5}},
-    "links": {"class": "nvlink", "pairs": [[0, 1, 1]]},
-    "nics": [{"class": "ib", "via": "pcie", "gpus": [0, 1]}],
-}
-SPACE = {   # 5 sketches x 3 chunkups = 15 configurations
-    "target": {"hardware": "pair.yaml", "nodes": 2, "collective": "allgather"},
-    "sizes": "1K,64K",
-    "fixed": {"engine": "greedy"},
-    "parameters": {"internode_conn": {"type": "categorical", "choices": ["relay", "direct-map", "fully-connected"]},
-                   "relay_map": {"type": "categorical", "choices": ["0:0", "0:1", "1:1"],
-                                 "when": {"internode_conn": "relay"}},
-                   "chunkup": {"type": "int", "low": 1, "high": 3}},
-    "seeds": [{"internode_conn": "relay", "relay_map": "0:1", "chunkup": 2}],
-}
+# the 2 x 2-GPU profile (4 real MPI ranks) and space of the fidelity test, plus a seed: 15 configurations
+SPACE = {**FIDELITY_SPACE, "seeds": [{"internode_conn": "relay", "relay_map": "0:1", "chunkup": 2}]}
 
 
 def write_space(folder: Path, space: dict = SPACE) -> Path:
