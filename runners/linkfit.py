@@ -1,10 +1,15 @@
 """Fit alpha-beta link models to ping-pong times, group rank pairs into link classes, write a profile.
 
-``t(s) = alpha + s / bandwidth`` is fitted by least squares on *relative* residuals (each point
-weighted by 1/t, so a 1 KiB latency counts as much as a 16 MiB transfer), with alpha and 1/bandwidth
-kept non-negative (NNLS) and outliers down-weighted (Tukey bisquare, iteratively re-weighted). Pairs are grouped by host (same node / other node) or, within a node, by
-measured bandwidth; each class is fitted on all its pairs' points. The result is a hardware profile
-in the schema :func:`autotaccl.hardware.profile_from_dict` reads.
+``t(s) = alpha + s / bandwidth`` is fitted by least squares on the two ends of the size sweep: the
+latency end (its two smallest sizes) fixes alpha and the bandwidth end (its two largest) fixes the
+bandwidth, as a direct latency and a direct bandwidth measurement would. Real links are not one straight line in between (shared memory is faster
+while a message fits in the caches, MPI switches protocol at its eager limit), so a fit over every size
+would miss both the latency and the bandwidth; the sizes in between are reported with their residuals,
+not fitted. The fit minimises *relative* residuals (each point weighted by 1/t, so a 1 KiB latency
+counts as much as a 16 MiB transfer), keeps alpha and 1/bandwidth non-negative (NNLS) and down-weights
+outliers (Tukey bisquare, iteratively re-weighted). Pairs are grouped by host (same node / other node)
+or, within a node, by measured bandwidth; each class is fitted on all its pairs' points. The result is
+a hardware profile in the schema :func:`autotaccl.hardware.profile_from_dict` reads.
 """
 from __future__ import annotations
 
@@ -29,10 +34,11 @@ class PoorFitError(ValueError):
 class Fit:
     alpha_us: float
     bandwidth_GBps: float
-    r2: float
+    r2: float                  # on the relative residuals of the fitted (end) points
     sizes: tuple[int, ...]
     times_us: tuple[float, ...]
-    rejected: int = 0          # points the robust fit gave no weight (outliers)
+    fitted: tuple[bool, ...]   # per point: at one of the sweep's ends (fitted) or in between (reported only)
+    rejected: int = 0          # fitted points the robust fit gave no weight (outliers)
 
     def predict(self, size: float) -> float:
         return self.alpha_us + size / (self.bandwidth_GBps * 1e3)
@@ -41,6 +47,18 @@ class Fit:
     def residuals(self) -> tuple[float, ...]:
         """(measured - fitted) / measured, per point."""
         return tuple((t - self.predict(s)) / t for s, t in zip(self.sizes, self.times_us))
+
+    def worst_residual(self, fitted: bool = True) -> float:
+        """The largest relative residual (by magnitude, signed) of the fitted points, or of the points
+        between the ends (0 when there are none)."""
+        return max((r for r, f in zip(self.residuals, self.fitted) if f == fitted), key=abs, default=0.0)
+
+
+def end_points(sizes: np.ndarray) -> np.ndarray:
+    """Which points have one of the two smallest or the two largest sizes of the sweep (the latency
+    and the bandwidth end; every point when the sweep has at most four sizes)."""
+    distinct = np.unique(sizes)
+    return np.isin(sizes, np.concatenate([distinct[:2], distinct[-2:]]))
 
 
 def _relative_nnls(s: np.ndarray, t: np.ndarray, weight: np.ndarray) -> np.ndarray:
@@ -51,15 +69,17 @@ def _relative_nnls(s: np.ndarray, t: np.ndarray, weight: np.ndarray) -> np.ndarr
 
 
 def fit_alpha_beta(sizes: Sequence[int], times_us: Sequence[float], rounds: int = 30) -> Fit:
-    """Robust relative least squares: minimise the squared *relative* residuals, so the smallest sizes
-    fix alpha and the largest fix the bandwidth, re-weighting points with Tukey's bisquare (scale from
-    the median absolute residual) so that one disturbed measurement cannot drag the line. R² is taken
-    on the relative residuals of the points the fit kept; a fit that had to reject more than a quarter
-    of the points reports R² over all of them (a poor fit is not hidden by discarding data)."""
-    s = np.asarray(sizes, float)
-    t = np.asarray(times_us, float)
-    if len(s) < 2 or len(set(sizes)) < 2 or not np.all(t > 0):
+    """Robust relative least squares on the sweep's ends (:func:`end_points`): the smallest sizes fix
+    alpha, the largest fix the bandwidth, and Tukey's bisquare re-weighting (scale from the median
+    absolute residual) keeps one disturbed measurement from dragging the line. R² is taken on the
+    relative residuals of the points the fit kept; a fit that had to reject more than a quarter of
+    them reports R² over all of them (a poor fit is not hidden by discarding data)."""
+    s_all = np.asarray(sizes, float)
+    t_all = np.asarray(times_us, float)
+    if len(s_all) < 2 or len(set(sizes)) < 2 or not np.all(t_all > 0):
         raise PoorFitError("need positive times at two or more distinct sizes")
+    ends = end_points(s_all)
+    s, t = s_all[ends], t_all[ends]
     weight = np.ones_like(t)
     alpha, beta = _relative_nnls(s, t, weight)
     for _ in range(rounds if len(t) > 3 else 0):
@@ -73,6 +93,12 @@ def fit_alpha_beta(sizes: Sequence[int], times_us: Sequence[float], rounds: int 
         alpha, beta = _relative_nnls(s, t, weight)
     if beta <= 0:
         raise PoorFitError("the times do not grow with the message size, so no bandwidth can be fitted")
+    if s.max() * beta < alpha:
+        raise PoorFitError(f"the largest size ({int(s.max())} bytes) is latency-bound (alpha {alpha:.2f} us, transfer "
+                           f"{s.max() * beta:.2f} us), so the bandwidth is not measured: extend --sizes upwards")
+    if s.min() * beta > alpha:
+        raise PoorFitError(f"the smallest size ({int(s.min())} bytes) is bandwidth-bound (alpha {alpha:.2f} us, transfer "
+                           f"{s.min() * beta:.2f} us), so the latency is not measured: start --sizes lower")
     kept = weight if np.count_nonzero(weight) >= 0.75 * len(t) else np.ones_like(t)
     rel = (t - alpha - beta * s) / t
     w = kept / t ** 2
@@ -80,8 +106,8 @@ def fit_alpha_beta(sizes: Sequence[int], times_us: Sequence[float], rounds: int 
     total = np.sum(kept * ((t - mean) / t) ** 2)
     r2 = 1.0 - np.sum(kept * rel ** 2) / total if total > 0 else 0.0
     bandwidth = 1.0 / beta / 1e3
-    return Fit(float(alpha), float(bandwidth), float(r2), tuple(int(x) for x in sizes), tuple(float(x) for x in t),
-               int(np.count_nonzero(weight == 0)))
+    return Fit(float(alpha), float(bandwidth), float(r2), tuple(int(x) for x in sizes), tuple(float(x) for x in t_all),
+               tuple(bool(e) for e in ends), int(np.count_nonzero(weight == 0)))
 
 
 @dataclass(frozen=True)
@@ -153,11 +179,10 @@ def analyse(result: dict, by: str = "host", min_r2: float = 0.9) -> Measured:
         fit = fit_alpha_beta(sizes, times)
         classes.append(LinkClass(name, pairs, fit))
         if fit.r2 < min_r2:
-            worst = max(fit.residuals, key=abs)
             raise PoorFitError(f"link class {name} (pairs {' '.join(f'{a}-{b}' for a, b in pairs)}) fits "
-                               f"alpha + size/bandwidth with R² {fit.r2:.3f} < {min_r2:g} (worst residual "
-                               f"{100 * worst:+.0f}%): the measurements are too noisy or not linear; rerun with "
-                               f"more --iters on a quieter machine, or lower --min-r2")
+                               f"alpha + size/bandwidth at the sweep's ends with R² {fit.r2:.3f} < {min_r2:g} (worst "
+                               f"residual {100 * fit.worst_residual():+.0f}%): the measurements are too noisy or not "
+                               f"linear; rerun with more --iters on a quieter machine, or lower --min-r2")
     intra = {(a % gpn, b % gpn): names[(a, b)] for (a, b) in fits if a < gpn and b < gpn}
     return Measured(hosts, gpn, fits, tuple(classes), intra, "net" if "net" in names.values() else None)
 
@@ -185,19 +210,22 @@ def profile_dict(m: Measured, name: str) -> dict:
 
 def report(m: Measured) -> str:
     """Per pair and per class: alpha, bandwidth, R²; per class and size: measured vs fitted, residual."""
-    lines = ["# pair    alpha_us  bandwidth_GBps      R²  max|residual|"]
+    lines = ["# pair    alpha_us  bandwidth_GBps      R²  worst residual (ends / between)"]
     for (a, b), f in sorted(m.pair_fits.items()):
         lines.append(f"  {a:>2d}-{b:<2d}  {f.alpha_us:9.3f}  {f.bandwidth_GBps:14.3f}  {f.r2:6.3f}  "
-                     f"{100 * max(map(abs, f.residuals)):12.1f}%")
+                     f"{100 * f.worst_residual():+7.1f}% / {100 * f.worst_residual(False):+.1f}%")
     for c in m.classes:
         f = c.fit
         lines.append(f"# class {c.name}: alpha {f.alpha_us:.3f} us, bandwidth {f.bandwidth_GBps:.3f} GB/s, "
-                     f"R² {f.r2:.4f} (relative residuals), {len(c.pairs)} pair(s), {f.rejected} outlier point(s) ignored")
+                     f"R² {f.r2:.4f} (relative residuals at the sweep's ends), {len(c.pairs)} pair(s), "
+                     f"{f.rejected} outlier point(s) ignored")
         lines.append("#       size   measured_us     fitted_us  residual")
-        for size in sorted(set(f.sizes)):
+        ends = dict(zip(f.sizes, f.fitted))
+        for size in sorted(ends):
             measured = [t for s, t in zip(f.sizes, f.times_us) if s == size]
             mean = sum(measured) / len(measured)
-            lines.append(f"  {size:10d}  {mean:12.3f}  {f.predict(size):12.3f}  {100 * (mean - f.predict(size)) / mean:+7.1f}%")
+            lines.append(f"  {size:10d}  {mean:12.3f}  {f.predict(size):12.3f}  {100 * (mean - f.predict(size)) / mean:+7.1f}%"
+                         f"{'' if ends[size] else '  (between the ends: reported, not fitted)'}")
     return "\n".join(lines)
 
 
@@ -207,10 +235,12 @@ def write_profile(m: Measured, path: str | Path, name: str, how: str) -> None:
     path = Path(path)
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     header = [f"# Measured by `autotaccl profile` on {when}.", f"# How: {how}",
-              "# Model: one-way time = alpha + bytes / bandwidth, robust least squares on relative residuals."]
+              "# Model: one-way time = alpha + bytes / bandwidth, robust least squares on relative residuals at the "
+              "sweep's ends (alpha from the smallest sizes, bandwidth from the largest)."]
     for c in m.classes:
-        header.append(f"# {c.name}: pairs {' '.join(f'{a}-{b}' for a, b in c.pairs)}; R² {c.fit.r2:.4f}, "
-                      f"max |residual| {100 * max(map(abs, c.fit.residuals)):.1f}%")
+        header.append(f"# {c.name}: pairs {' '.join(f'{a}-{b}' for a, b in c.pairs)}; R² {c.fit.r2:.4f}; worst "
+                      f"residual {100 * c.fit.worst_residual():+.1f}% at the ends, "
+                      f"{100 * c.fit.worst_residual(False):+.1f}% between them")
     if m.nic_class:
         header.append("# The network class is one NIC per node shared by all its ranks (ping-pong measured one pair at a time).")
     body = yaml.safe_dump(profile_dict(m, name), sort_keys=False, default_flow_style=None)

@@ -47,14 +47,36 @@ def test_fit_recovers_alpha_and_bandwidth():
 
 
 def test_fit_ignores_one_outlier_and_says_so():
-    sizes = [1 << k for k in range(10, 27, 2)]
+    sizes = [1 << k for k in range(10, 27)] * 2    # two pairs, 1 KiB .. 64 MiB: four points at each end
     times = [2.0 + s / 9e3 for s in sizes]
-    times[4] *= 3.0                      # one round trip that lost its core for a while
+    times[15] *= 3.0                     # one 32 MiB round trip that lost its core for a while
     fit = fit_alpha_beta(sizes, times)
     assert fit.alpha_us == pytest.approx(2.0, rel=1e-3) and fit.bandwidth_GBps == pytest.approx(9.0, rel=1e-3)
     assert fit.rejected == 1 and fit.r2 > 0.999
     plain = fit_alpha_beta(sizes, times, rounds=0)   # without re-weighting the outlier drags the line
     assert plain.rejected == 0 and abs(plain.bandwidth_GBps / 9.0 - 1) > 0.03 and plain.r2 < 0.95
+
+
+def test_sizes_between_the_ends_are_reported_not_fitted():
+    # shaped like this machine's shared memory: messages that fit in the caches move twice as fast, and
+    # MPI's eager limit adds a step; a line through every point would miss both alpha and bandwidth
+    sizes = [1 << k for k in range(10, 27)]
+    times = [1.5 + s / 13e3 * (0.5 if 1 << 13 <= s <= 1 << 23 else 1.0) + (3.0 if s >= 1 << 13 else 0.0)
+             for s in sizes]
+    fit = fit_alpha_beta(sizes, times)
+    assert fit.fitted == tuple(s <= 2048 or s >= 32 << 20 for s in sizes)
+    assert fit.alpha_us == pytest.approx(1.5, rel=0.02)    # the +3 us step lifts only the bandwidth end: < 2%
+    assert fit.bandwidth_GBps == pytest.approx(13.0, rel=0.02)
+    assert fit.worst_residual() == pytest.approx(0, abs=0.05) and fit.worst_residual(False) < -0.5
+    everything = [((t - 1.5 - s / 13e3) / t) for s, t in zip(sizes, times)]
+    assert max(map(abs, everything)) > 0.5            # the shape is far from one line
+
+
+def test_a_sweep_must_reach_both_regimes():
+    with pytest.raises(PoorFitError, match="largest size .* latency-bound.*extend --sizes upwards"):
+        fit_alpha_beta(SIZES, line(500.0, 100.0))
+    with pytest.raises(PoorFitError, match="smallest size .* bandwidth-bound.*start --sizes lower"):
+        fit_alpha_beta(SIZES, line(0.01, 1.0))
 
 
 def test_two_hosts_give_intra_and_net_classes_and_a_loadable_profile():
@@ -83,7 +105,7 @@ def test_group_by_speed_splits_fast_and_slow_pairs():
 
 
 def test_a_poor_fit_is_refused():
-    noisy = [10.0, 200.0, 3.0, 400.0, 5.0, 900.0]
+    noisy = [2.0, 9.0, 3.0, 400.0, 30.0, 900.0]
     with pytest.raises(PoorFitError, match="R²"):
         analyse({"hosts": ["a", "a"], "pairs": [{"a": 0, "b": 1, "sizes": SIZES, "times_us": noisy}]})
 

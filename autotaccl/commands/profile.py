@@ -1,8 +1,10 @@
 """``autotaccl profile --np N -o PROFILE.yaml``: measure the links between ranks, write a hardware profile.
 
-Runs an MPI job that ping-pongs between every pair of ranks over a size sweep, fits alpha and
-bandwidth per pair and per link class, prints the fit and its residuals, and writes a profile that
-``--hardware PROFILE.yaml`` accepts everywhere. A fit below ``--min-r2`` writes nothing (exit 1).
+Runs an MPI job that ping-pongs between every pair of ranks over a size sweep, fits alpha (from the
+sweep's smallest sizes) and bandwidth (from its largest) per pair and per link class, prints the fit and
+every size's residual, and writes a profile that ``--hardware PROFILE.yaml`` accepts everywhere. A fit
+below ``--min-r2``, or a sweep that does not reach both the latency and the bandwidth regime, writes
+nothing (exit 1).
 """
 from __future__ import annotations
 
@@ -23,11 +25,11 @@ def register(subparsers) -> None:
     p.add_argument("--hostfile", help="hostfile for mpiexec")
     p.add_argument("--launcher", default="mpiexec", help="mpiexec (default), srun, or a launcher path with arguments")
     p.add_argument("--sizes", default="1K:16M:x4", help="message sizes (default 1K:16M:x4)")
-    p.add_argument("--iters", type=int, default=20, help="timed round trips per size; the fastest counts (default 20)")
+    p.add_argument("--iters", type=int, default=20, help="timed round trips per size at least (small sizes get more); the fastest counts (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="untimed round trips per size (default 3)")
     p.add_argument("--group", default="host", choices=("host", "speed"),
                    help="link classes by host (same node / other node) or by measured speed (default host)")
-    p.add_argument("--min-r2", type=float, default=0.9, help="refuse fits with a lower R² (default 0.9)")
+    p.add_argument("--min-r2", type=float, default=0.9, help="refuse fits with a lower R² at the sweep's ends (default 0.9)")
     p.add_argument("--name", help="profile name (default: from the output file name)")
     p.add_argument("--timeout", type=float, default=900.0, help="wall-clock limit of the job (default 900 s)")
     p.add_argument("-o", "--output", required=True, help="profile YAML to write")
