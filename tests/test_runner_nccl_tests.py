@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from autotaccl.cli import main
 from autotaccl.errors import InputError
 from runners import get_runner
 from runners.launch import JobError
@@ -230,3 +231,16 @@ def test_an_algorithm_is_lowered_to_xml_first(stand_in, tmp_path):
     (xml,) = Path(env["MSCCL_ALGO_DIR"]).iterdir()
     assert xml_collective(xml) == "allgather" and 'ngpus="4"' in xml.read_text()
     assert len(df) == 2 and (df["wrong"] == 0).all()
+
+
+def test_bench_cli_builds_the_launcher_from_np(stand_in, tmp_path, capsys):
+    code = main(["bench", str(XML), "--runner", "nccl-tests", "--binary", str(stand_in), "--np", "2",
+                 "--sizes", "4K:16K", "--timeout", "60", "--workdir", str(tmp_path / "work"), "--json"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    calls = [json.loads(line) for line in (stand_in.parent / "calls.jsonl").read_text().splitlines()]
+    assert sorted(c["rank"] for c in calls) == ["0", "1"]       # mpiexec -n 2 from the venv
+    rows = json.loads(out.out)["rows"]
+    assert [r["size"] for r in rows] == [4096, 4096, 8192, 8192, 16384, 16384] and all(r["wrong"] == 0 for r in rows)
+    assert main(["bench", str(XML), "--runner", "nccl-tests", "--binary", str(stand_in), "--sizes", "4K"]) == 2
+    assert "--np" in capsys.readouterr().err

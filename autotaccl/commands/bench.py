@@ -23,7 +23,7 @@ def register(subparsers) -> None:
     p.add_argument("--np", type=int, help="number of ranks (default: the algorithm's)")
     p.add_argument("--hostfile", help="hostfile for mpiexec")
     p.add_argument("--launcher", help="mpiexec (default), srun, or a launcher path with arguments; for "
-                                      "nccl-tests the whole launcher line, e.g. 'mpirun -np 8'")
+                                      "nccl-tests without --np the whole launcher line, e.g. 'mpirun -np 8'")
     p.add_argument("--sizes", default="1K:64M", help="MIN:MAX[:xF], a list 1K,1M, or one size (default 1K:64M)")
     p.add_argument("--iters", type=int, default=20, help="timed iterations per size (default 20)")
     p.add_argument("--warmup", type=int, default=5, help="untimed iterations per size (default 5)")
@@ -84,11 +84,11 @@ def run(args: argparse.Namespace) -> int:
                 raise InputError("--baseline", args.baseline, "no baseline with --runner sim")
             df = get_runner("sim").measure(algorithm, sizes, graph=topology_from_args(args), dtype=args.dtype, op=args.op)
         else:
-            if not args.binary or not args.launcher:
-                raise InputError("--binary" if not args.binary else "--launcher", "missing",
-                                 "the nccl-tests binary and the launcher line for --runner nccl-tests")
+            if not args.binary:
+                raise InputError("--binary", "missing", "the nccl-tests binary (or its directory) for --runner nccl-tests")
             df = get_runner("nccl-tests").measure(algorithm or args.algorithm, sizes, binary=args.binary,
-                                                  launcher=args.launcher, runtime=args.runtime, iters=args.iters,
+                                                  launcher=args.launcher, np=args.np, hostfile=args.hostfile,
+                                                  runtime=args.runtime, iters=args.iters,
                                                   warmup=args.warmup, dtype=args.dtype, op=args.op,
                                                   timeout=args.timeout, workdir=args.workdir,
                                                   env_flag=args.env_flag)
