@@ -24,8 +24,10 @@ def register(subparsers) -> None:
     p.add_argument("--np", type=int, required=True, help="number of ranks (one per GPU)")
     p.add_argument("--hostfile", help="hostfile for mpiexec")
     p.add_argument("--launcher", default="mpiexec", help="mpiexec (default), srun, or a launcher path with arguments")
-    p.add_argument("--sizes", default="1K:16M:x4", help="message sizes (default 1K:16M:x4)")
-    p.add_argument("--iters", type=int, default=20, help="timed round trips per size at least (small sizes get more); the fastest counts (default 20)")
+    p.add_argument("--sizes", default="8:64M:x2", help="message sizes in bytes; alpha is fitted at the two smallest, "
+                   "the bandwidth at the two largest (default 8:64M:x2)")
+    p.add_argument("--iters", type=int, default=20,
+                   help="timed round trips per size at least (small sizes get more); the fastest counts (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="untimed round trips per size (default 3)")
     p.add_argument("--group", default="host", choices=("host", "speed"),
                    help="link classes by host (same node / other node) or by measured speed (default host)")
