@@ -219,13 +219,13 @@ def report(m: Measured) -> str:
         lines.append(f"# class {c.name}: alpha {f.alpha_us:.3f} us, bandwidth {f.bandwidth_GBps:.3f} GB/s, "
                      f"R² {f.r2:.4f} (relative residuals at the sweep's ends), {len(c.pairs)} pair(s), "
                      f"{f.rejected} outlier point(s) ignored")
-        lines.append("#       size   measured_us     fitted_us  residual")
+        lines.append("#       size   measured_us     fitted_us  residual   (* between the ends: reported, not fitted)")
         ends = dict(zip(f.sizes, f.fitted))
         for size in sorted(ends):
             measured = [t for s, t in zip(f.sizes, f.times_us) if s == size]
             mean = sum(measured) / len(measured)
             lines.append(f"  {size:10d}  {mean:12.3f}  {f.predict(size):12.3f}  {100 * (mean - f.predict(size)) / mean:+7.1f}%"
-                         f"{'' if ends[size] else '  (between the ends: reported, not fitted)'}")
+                         f"{'' if ends[size] else '  *'}")
     return "\n".join(lines)
 
 
