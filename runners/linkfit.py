@@ -2,10 +2,10 @@
 
 ``t(s) = alpha + s / bandwidth`` is fitted by least squares on the two ends of the size sweep: the
 latency end (its two smallest sizes) fixes alpha and the bandwidth end (its two largest) fixes the
-bandwidth, as a direct latency and a direct bandwidth measurement would. Real links are not one straight line in between (shared memory is faster
-while a message fits in the caches, MPI switches protocol at its eager limit), so a fit over every size
-would miss both the latency and the bandwidth; the sizes in between are reported with their residuals,
-not fitted. The fit minimises *relative* residuals (each point weighted by 1/t, so a 1 KiB latency
+bandwidth, as a direct latency and a direct bandwidth measurement would. Real links are not one
+straight line in between (shared memory is faster while a message fits in the caches, MPI switches
+protocol at its eager limit), so a fit over every size would miss both the latency and the bandwidth;
+the sizes in between are reported with their residuals, not fitted. The fit minimises *relative* residuals (each point weighted by 1/t, so a 1 KiB latency
 counts as much as a 16 MiB transfer), keeps alpha and 1/bandwidth non-negative (NNLS) and down-weights
 outliers (Tukey bisquare, iteratively re-weighted). Pairs are grouped by host (same node / other node)
 or, within a node, by measured bandwidth; each class is fitted on all its pairs' points. The result is
