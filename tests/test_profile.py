@@ -32,7 +32,11 @@ def test_profile_job_writes_a_profile_that_loads(tmp_path, capsys):
     intra = profile.link_classes["intra"]
     assert intra.alpha_us >= 0 and intra.bandwidth_GBps > 0
     assert sorted(map(tuple, doc["classes"]["intra"]["pairs"])) == [(0, 1), (0, 2), (1, 2)]
-    assert len(doc["classes"]["intra"]["residuals"]) == 3 * 7
+    intra_doc = doc["classes"]["intra"]
+    assert len(intra_doc["residuals"]) == 3 * 7
+    assert intra_doc["fitted"] == [s in (1024, 4096, 1 << 20, 4 << 20) for s in [1024 << 2 * k for k in range(7)] * 3]
+    between = max((abs(r) for r, f in zip(intra_doc["residuals"], intra_doc["fitted"]) if not f), default=0)
+    assert ("departs from alpha + size/bandwidth" in captured.err) == (between > 0.25)
     text = out.read_text()
     assert text.startswith("# Measured by `autotaccl profile` on ") and "ping-pong" in text
     graph = build_topology(profile)

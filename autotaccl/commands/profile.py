@@ -17,6 +17,8 @@ from ..errors import InputError
 from ..safety import safe_name
 from ..sizes import format_size, parse_size_range
 
+BENT = 0.25      # warn when a size between the sweep's ends is further than this from the fitted line
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("profile", help="measure link alpha/bandwidth with MPI ping-pong, write a profile",
@@ -75,11 +77,18 @@ def run(args: argparse.Namespace) -> int:
            f"{', '.join(sorted(set(measured.hosts)))}; sizes {format_size(sizes[0])}..{format_size(sizes[-1])}; "
            f"fastest of {args.iters} round trips per size; launcher {args.launcher}; classes by {args.group}.")
     write_profile(measured, out, name, how)
+    for c in measured.classes:
+        between = c.fit.worst_residual(False)
+        if abs(between) > BENT:
+            print(f"autotaccl: warning: profile: link class {c.name} departs from alpha + size/bandwidth by up to "
+                  f"{100 * between:+.0f}% between the sweep's ends; for a profile meant for one size band, "
+                  f"sweep around it with --sizes", file=sys.stderr)
     if args.json:
         print_json({"output": str(out), "profile": profile_dict(measured, name),
                     "classes": {c.name: {"alpha_us": c.fit.alpha_us, "bandwidth_GBps": c.fit.bandwidth_GBps,
                                          "r2": c.fit.r2, "pairs": [list(p) for p in c.pairs],
-                                         "residuals": list(c.fit.residuals)} for c in measured.classes}})
+                                         "residuals": list(c.fit.residuals), "fitted": list(c.fit.fitted)}
+                                for c in measured.classes}})
     else:
         print(report(measured))
         print(f"# wrote {out}")
