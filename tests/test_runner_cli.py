@@ -1,4 +1,4 @@
-"""``autotaccl bench``, the sim runner, and every baseline run on real MPI ranks with --check."""
+"""``autotaccl bench``, the sim runner, and every baseline and synthesized algorithm on real MPI ranks with --check."""
 from __future__ import annotations
 
 import json
