@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         if abs(between) > BENT:
             print(f"autotaccl: warning: profile: link class {c.name} departs from alpha + size/bandwidth by up to "
                   f"{100 * between:+.0f}% between the sweep's ends; for a profile meant for one size band, "
-                  f"sweep around it with --sizes", file=sys.stderr)
+                  f"end the sweep there (e.g. --sizes 8,16,1M,2M)", file=sys.stderr)
     if args.json:
         print_json({"output": str(out), "profile": profile_dict(measured, name),
                     "classes": {c.name: {"alpha_us": c.fit.alpha_us, "bandwidth_GBps": c.fit.bandwidth_GBps,
