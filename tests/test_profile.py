@@ -63,7 +63,7 @@ def test_fit_ignores_one_outlier_and_says_so():
 
 def test_sizes_between_the_ends_are_reported_not_fitted():
     # shaped like this machine's shared memory: messages that fit in the caches move twice as fast, and
-    # MPI's eager limit adds a step; a line through every point would miss both alpha and bandwidth
+    # MPI's eager limit adds a step, so no straight line passes near every point
     sizes = [1 << k for k in range(10, 27)]
     times = [1.5 + s / 13e3 * (0.5 if 1 << 13 <= s <= 1 << 23 else 1.0) + (3.0 if s >= 1 << 13 else 0.0)
              for s in sizes]
