@@ -50,8 +50,9 @@ def one_way_us(comm: MPI.Comm, a: int, b: int, buf: np.ndarray, iters: int, warm
             comm.Send(msg, peer, 7)
         return MPI.Wtime() - start
 
-    warm = sum(round_trip() for _ in range(max(warmup, 1)))
-    count = np.array([max(iters, min(MAX_ITERS, int(MIN_SECONDS * max(warmup, 1) / max(warm, 1e-9))))], np.int64)
+    warmup = max(warmup, 1)
+    per_trip = max(sum(round_trip() for _ in range(warmup)) / warmup, 1e-9)
+    count = np.array([max(iters, min(MAX_ITERS, int(MIN_SECONDS / per_trip)))], np.int64)
     if rank == a:
         comm.Send(count, peer, 8)
     else:
