@@ -32,10 +32,10 @@ from typing import Iterable, Sequence
 
 import networkx as nx
 
-from .algorithm import Algorithm, Transfer, renumber_steps
-from .collectives import Collective, canonical_name
 from .errors import InputError
-from .topology import num_ranks
+from .model.algorithm import Algorithm, Transfer, renumber_steps
+from .model.collectives import Collective, canonical_name
+from .model.topology import num_ranks
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from .collectives import canonical_name
-from .topology import capacity_graph
+from .model.collectives import canonical_name
+from .model.topology import capacity_graph
 
 log = logging.getLogger(__name__)
 

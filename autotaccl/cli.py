@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import logging
 import pkgutil
 import sys
-from typing import Any, Sequence
+from typing import Sequence
 
 from . import commands
 from .errors import InfeasibleError, InputError
@@ -47,11 +46,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("autotaccl: interrupted", file=sys.stderr)
         return 130
-
-
-def print_json(obj: Any) -> None:
-    """The one JSON object a ``--json`` command prints."""
-    print(json.dumps(obj, indent=1, default=str))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Alpha-beta, event-driven simulation of an :class:`~autotaccl.algorithm.Algorithm` on a topology graph.
+"""Alpha-beta, event-driven simulation of an :class:`~autotaccl.model.algorithm.Algorithm` on a topology graph.
 
 Model (TACCL's port serialisation):
 
@@ -34,7 +34,7 @@ from typing import Iterable
 
 import networkx as nx
 
-from .algorithm import Algorithm, Transfer
+from .model.algorithm import Algorithm, Transfer
 
 ROUND_BYTES = 1 << 20
 MAX_ROUNDS = 64

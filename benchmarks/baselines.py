@@ -13,11 +13,11 @@ import time
 
 from autotaccl.baselines import applicable_baselines, baseline
 from autotaccl.bounds import bound_algbw, bounds
-from autotaccl.collectives import NAMES
-from autotaccl.hardware import load_hardware
+from autotaccl.model.collectives import NAMES
+from autotaccl.model.hardware import load_hardware
+from autotaccl.model.topology import build_topology
 from autotaccl.simulate import simulate
 from autotaccl.sizes import format_size, parse_size
-from autotaccl.topology import build_topology
 
 
 def topology(spec: str):

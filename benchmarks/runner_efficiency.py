@@ -25,9 +25,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autotaccl.baselines import baseline  # noqa: E402
-from autotaccl.hardware import profile_from_dict  # noqa: E402
+from autotaccl.model.hardware import profile_from_dict  # noqa: E402
 from autotaccl.sizes import format_size, parse_size_range  # noqa: E402
-from autotaccl.topology import build_topology  # noqa: E402
+from autotaccl.model.topology import build_topology  # noqa: E402
 from runners.linkfit import analyse  # noqa: E402
 from runners.mpi import JobOptions, measure_many, run_job  # noqa: E402
 

@@ -16,10 +16,10 @@ import argparse
 import time
 
 from autotaccl.baselines import baseline
-from autotaccl.hardware import load_hardware
+from autotaccl.model.hardware import load_hardware
+from autotaccl.model.topology import build_topology
 from autotaccl.simulate import _plan, rounds, simulate
 from autotaccl.sizes import format_size, parse_size
-from autotaccl.topology import build_topology
 
 CASES = [("torus2d", 4, "alltoall", "direct"), ("torus2d", 4, "allgather", "direct"),
          ("dgx2", 4, "allreduce", "hierarchical"), ("dgx-h100", 8, "allreduce", "ring"),

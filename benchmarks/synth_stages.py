@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 from autotaccl.bounds import bound_algbw, bounds
-from autotaccl.hardware import load_hardware
+from autotaccl.model.hardware import load_hardware
+from autotaccl.model.topology import build_topology
 from autotaccl.simulate import simulate
 from autotaccl.sketch import load_sketch
 from autotaccl.synth import SynthOptions, synthesize
-from autotaccl.topology import build_topology
 
 SKETCHES = Path(__file__).resolve().parents[2] / "shared" / "data" / "taccl-examples" / "sketch"
 MiB, GiB = 1 << 20, 1 << 30

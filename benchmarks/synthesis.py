@@ -20,12 +20,12 @@ from pathlib import Path
 from autotaccl.baselines import baseline, best_baseline
 from autotaccl.bounds import bound_algbw, bounds
 from autotaccl.errors import InfeasibleError, InputError
-from autotaccl.hardware import load_hardware
+from autotaccl.model.hardware import load_hardware
+from autotaccl.model.topology import build_topology
 from autotaccl.simulate import simulate
 from autotaccl.sizes import format_size
 from autotaccl.sketch import default_sketch, load_sketch
 from autotaccl.synth import SynthOptions, synthesize
-from autotaccl.topology import build_topology
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "taccl-examples"
 K, M, G = 1 << 10, 1 << 20, 1 << 30

@@ -16,10 +16,10 @@ from typing import Sequence
 
 import pandas as pd
 
-from autotaccl.tuning.tracking import logged_sizes
 from autotaccl.sizes import format_size
+from autotaccl.tracking import logged_sizes
 
-from .plots import busbw_figure, save_png
+from autotaccl.tracking.plots import busbw_figure, save_png
 
 log = logging.getLogger(__name__)
 TEMPLATE = Path(__file__).with_name("template.html")
@@ -135,7 +135,7 @@ def build_report(tracking_uri: str, experiments: Sequence[str] | None, out_dir: 
     import mlflow
 
     from autotaccl.safety import replaced_dir
-    from autotaccl.tuning.tracking import autotaccl_experiments
+    from autotaccl.tracking import autotaccl_experiments
 
     client, found = autotaccl_experiments(tracking_uri, experiments)
     out = Path(out_dir).resolve()

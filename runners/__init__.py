@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from autotaccl.errors import InputError
 
-from .results import COLUMNS
+from runners.results import COLUMNS
 
 RUNNERS = ("sim", "mpi", "nccl-tests")
 
@@ -15,13 +15,13 @@ RUNNERS = ("sim", "mpi", "nccl-tests")
 def get_runner(name: str):
     """The runner called ``name``; it has ``name`` and ``measure(algorithm, sizes, **options)``."""
     if name == "sim":
-        from .sim import SimRunner
+        from runners.sim import SimRunner
         return SimRunner()
     if name == "mpi":
-        from .mpi import MpiRunner
+        from runners.mpi import MpiRunner
         return MpiRunner()
     if name == "nccl-tests":
-        from .nccl_tests import NcclTestsRunner
+        from runners.nccl_tests import NcclTestsRunner
         return NcclTestsRunner()
     raise InputError("--runner", repr(name), f"one of: {', '.join(RUNNERS)}")
 

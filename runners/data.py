@@ -12,10 +12,10 @@ from typing import Mapping
 
 import numpy as np
 
-from autotaccl.collectives import Collective
+from autotaccl.model.collectives import Collective
 
-from .program import Slot
-from .results import DTYPES
+from runners.program import Slot
+from runners.results import DTYPES
 
 UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 

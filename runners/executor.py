@@ -16,7 +16,7 @@ from typing import Callable, Mapping
 import numpy as np
 from mpi4py import MPI
 
-from .program import RankProgram, Slot
+from runners.program import RankProgram, Slot
 
 
 def _contiguous(arrays: Mapping[str, np.ndarray], slots: tuple[Slot, ...]) -> np.ndarray | None:

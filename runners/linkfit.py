@@ -9,7 +9,7 @@ the sizes in between are reported with their residuals, not fitted. The fit mini
 counts as much as a 16 MiB transfer), keeps alpha and 1/bandwidth non-negative (NNLS) and down-weights
 outliers (Tukey bisquare, iteratively re-weighted). Pairs are grouped by host (same node / other node)
 or, within a node, by measured bandwidth; each class is fitted on all its pairs' points. The result is
-a hardware profile in the schema :func:`autotaccl.hardware.profile_from_dict` reads.
+a hardware profile in the schema :func:`autotaccl.model.hardware.profile_from_dict` reads.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import yaml
 from scipy.optimize import nnls
 
 from autotaccl.errors import InputError
-from autotaccl.hardware import load_hardware
+from autotaccl.model.hardware import load_hardware
 
 
 class PoorFitError(ValueError):

@@ -23,13 +23,13 @@ from typing import Sequence
 
 import pandas as pd
 
-from autotaccl.algorithm import Algorithm, to_json
-from autotaccl.collectives import Collective
 from autotaccl.errors import InputError
+from autotaccl.model.algorithm import Algorithm, to_json
+from autotaccl.model.collectives import Collective
 
-from . import launch
-from .progress import read_heartbeats
-from .results import DTYPES, check_dtype, check_op, frame, layout
+from runners import launch
+from runners.progress import read_heartbeats
+from runners.results import DTYPES, check_dtype, check_op, frame, layout
 
 log = logging.getLogger(__name__)
 RANK_MODULE = "runners.mpi_rank"

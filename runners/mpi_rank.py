@@ -17,15 +17,15 @@ from typing import Callable
 import numpy as np
 from mpi4py import MPI
 
-from autotaccl.algorithm import from_json
-from autotaccl.collectives import Collective
+from autotaccl.model.algorithm import from_json
+from autotaccl.model.collectives import Collective
 from autotaccl.sizes import format_size
 
-from . import data
-from .executor import Executor
-from .program import compile_rank, placement
-from .progress import Heartbeat
-from .results import layout, make_row
+from runners import data
+from runners.executor import Executor
+from runners.program import compile_rank, placement
+from runners.progress import Heartbeat
+from runners.results import layout, make_row
 
 MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
 
@@ -141,7 +141,7 @@ def main(argv: list[str]) -> int:
             raise RuntimeError(f"the job needs {job['ranks']} ranks but runs on {comm.Get_size()}")
         for task in job["tasks"]:
             if task["kind"] == "pingpong":
-                from .pingpong import pingpong
+                from runners.pingpong import pingpong
                 results.append(pingpong(comm, task, beat))
             else:
                 results.append(run_task(comm, task, job, beat))

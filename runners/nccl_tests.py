@@ -21,13 +21,13 @@ from typing import Sequence
 
 import pandas as pd
 
-from autotaccl.algorithm import Algorithm
-from autotaccl.collectives import canonical_name
 from autotaccl.errors import InputError
+from autotaccl.model.algorithm import Algorithm
+from autotaccl.model.collectives import canonical_name
 from autotaccl.safety import file_stem
 
-from . import launch
-from .results import DTYPES, check_dtype, check_op, frame
+from runners import launch
+from runners.results import DTYPES, check_dtype, check_op, frame
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ def launcher_argv(launcher: str | Sequence[str] | None, np: int | None, hostfile
         return shlex.split(launcher) if isinstance(launcher, str) else list(launcher)
     if np is None:
         raise InputError("--np", "(missing)", "the number of ranks to launch (or a whole --launcher line)")
-    from .mpi import launcher_command
+    from runners.mpi import launcher_command
 
     line = launcher if launcher is None or isinstance(launcher, str) else shlex.join(launcher)
     return launcher_command(line or "mpiexec", np, hostfile)
@@ -165,7 +165,8 @@ def measure(algorithm: Algorithm | str | Path, sizes: Sequence[int], *, binary: 
         work = Path(workdir or tmp)
         work.mkdir(parents=True, exist_ok=True)
         if isinstance(algorithm, Algorithm):
-            from autotaccl.lowering import LoweringOptions, lower
+            from autotaccl.formats.msccl import LoweringOptions
+            from autotaccl.formats.msccl import lower
             xml = work / f"{file_stem(algorithm.name or 'algorithm')}.xml"   # the name is the user's
             xml.write_text(lower(algorithm, LoweringOptions()))
             coll = algorithm.collective.name

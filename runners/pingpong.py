@@ -15,7 +15,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .progress import Heartbeat
+from runners.progress import Heartbeat
 
 ROUNDS = 3
 MIN_SECONDS = 0.002      # per size and pass, at least this long of timed round trips ...

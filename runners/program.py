@@ -18,8 +18,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Mapping
 
-from autotaccl.algorithm import Algorithm
-from autotaccl.collectives import Collective
+from autotaccl.model.algorithm import Algorithm
+from autotaccl.model.collectives import Collective
 
 Slot = tuple[str, int]
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from autotaccl.collectives import Collective
 from autotaccl.errors import InputError
+from autotaccl.model.collectives import Collective
 
 COLUMNS = ("size", "count", "type", "redop", "inplace", "time_us", "algbw", "busbw", "wrong")
 

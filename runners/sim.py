@@ -1,7 +1,7 @@
 """The ``sim`` runner: the alpha-beta simulator (:func:`autotaccl.simulate.simulate`) in the runners' shape.
 
 The simulator does not tell in-place from out-of-place, so both rows carry the same time. It moves no
-data; correctness comes from :func:`autotaccl.algorithm.verify`: a valid algorithm has ``wrong = 0``,
+data; correctness comes from :func:`autotaccl.model.algorithm.verify`: a valid algorithm has ``wrong = 0``,
 an invalid one has every output element of every rank counted as wrong and no speed.
 """
 from __future__ import annotations
@@ -12,13 +12,13 @@ from typing import Sequence
 import networkx as nx
 import pandas as pd
 
-from autotaccl.algorithm import Algorithm, VerificationError, verify
 from autotaccl.errors import InputError
-from autotaccl.hardware import load_hardware
+from autotaccl.model.algorithm import Algorithm, VerificationError, verify
+from autotaccl.model.hardware import load_hardware
+from autotaccl.model.topology import build_topology
 from autotaccl.simulate import simulate
-from autotaccl.topology import build_topology
 
-from .results import DTYPES, check_dtype, check_op, frame, layout, make_row
+from runners.results import DTYPES, check_dtype, check_op, frame, layout, make_row
 
 
 def graph_from_options(graph: nx.DiGraph | None = None, hardware: str | None = None, nodes: int = 1) -> nx.DiGraph:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotaccl.hardware import load_hardware, profile_from_dict
-from autotaccl.topology import build_topology
+from autotaccl.model.hardware import load_hardware, profile_from_dict
+from autotaccl.model.topology import build_topology
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(__file__).resolve().parents[2] / "shared"   # /work/shared, or ../shared beside a CI checkout

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from autotaccl.algorithm import (Algorithm, Transfer, VerificationError, from_json, load_algorithm, renumber_steps,
-                                 save_algorithm, to_json, verify)
-from autotaccl.collectives import Collective
 from autotaccl.errors import InputError
+from autotaccl.model.algorithm import (Algorithm, Transfer, VerificationError, from_json, load_algorithm,
+                                       renumber_steps, save_algorithm, to_json, verify)
+from autotaccl.model.collectives import Collective
 
 
 def ring_allgather(n: int = 4) -> Algorithm:

@@ -5,13 +5,13 @@ from collections import Counter
 
 import pytest
 
-from autotaccl.algorithm import verify
 from autotaccl.baselines import ALGORITHMS, _binary_tree, applicable_baselines, baseline, best_baseline
-from autotaccl.collectives import NAMES
 from autotaccl.errors import InputError
-from autotaccl.hardware import available_profiles, load_hardware
+from autotaccl.model.algorithm import verify
+from autotaccl.model.collectives import NAMES
+from autotaccl.model.hardware import available_profiles, load_hardware
+from autotaccl.model.topology import build_topology
 from autotaccl.simulate import simulate
-from autotaccl.topology import build_topology
 
 ONE_NODE = {"allgather": ["ring", "direct"], "reducescatter": ["ring"], "allreduce": ["ring", "tree"],
             "alltoall": ["direct"], "broadcast": ["ring", "tree", "direct"]}

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from autotaccl.algorithm import Algorithm, Transfer
 from autotaccl.bounds import Bounds, bound_algbw, bounds
-from autotaccl.collectives import Collective
-from autotaccl.hardware import load_hardware, profile_from_dict
+from autotaccl.model.algorithm import Algorithm, Transfer
+from autotaccl.model.collectives import Collective
+from autotaccl.model.hardware import load_hardware, profile_from_dict
+from autotaccl.model.topology import build_topology
 from autotaccl.simulate import simulate
-from autotaccl.topology import build_topology
 
 # (profile, nodes) -> §2.5 algbw ceilings in GB/s: AG (= RS), AR (RS+AG), A2A.
 # 2-node DGX-2 differs on purpose: §2.5 lets a GPU also receive 16 GB/s of PCIe peer traffic, but our

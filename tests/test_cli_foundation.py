@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from autotaccl.algorithm import load_algorithm, to_json, verify
 from autotaccl.cli import main
-from autotaccl.hardware import load_hardware
-from autotaccl.topology import build_topology
+from autotaccl.model.algorithm import load_algorithm, to_json, verify
+from autotaccl.model.hardware import load_hardware
+from autotaccl.model.topology import build_topology
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

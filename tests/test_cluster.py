@@ -159,7 +159,7 @@ def test_an_unreachable_mlflow_server_is_recorded_locally_and_replayed(tmp_path,
     import time
 
     mlflow_server = own_mlflow_server
-    from autotaccl.cluster import outbox
+    from autotaccl.tracking import outbox
 
     space = write_space(tmp_path)
     journal, out = tmp_path / "study.journal", tmp_path / "out"

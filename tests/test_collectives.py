@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotaccl.collectives import NAMES, Collective, canonical_name, make_collective
 from autotaccl.errors import InputError
+from autotaccl.model.collectives import NAMES, Collective, canonical_name, make_collective
 
 R = 4
 

@@ -12,7 +12,7 @@ from autotaccl.cli import main
 from autotaccl.tuning.export import winners
 from autotaccl.tuning.sweep import TuneRequest, tune
 from test_tuning_store import fresh_store
-from autotaccl.xmlcheck import check_xml
+from autotaccl.formats.msccl import check_xml
 
 SIZES = [1024, 32768, 1048576, 16777216]
 SPACE = {

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from autotaccl.algorithm import verify
 from autotaccl.bounds import bound_algbw, bounds
 from autotaccl.errors import InfeasibleError
-from autotaccl.hardware import load_hardware
+from autotaccl.model.algorithm import verify
+from autotaccl.model.hardware import load_hardware
+from autotaccl.model.topology import build_topology
 from autotaccl.simulate import simulate
 from autotaccl.sketch import default_sketch, load_sketch, logical_topology, sketch_from_dict
 from autotaccl.synth import SynthOptions, check_routes, synthesize
 from autotaccl.synth.greedy import STRATEGIES, NotApplicable, assign_steps, greedy_schedule
-from autotaccl.topology import build_topology
 
 SKETCHES = Path(__file__).resolve().parents[2] / "shared" / "data" / "taccl-examples" / "sketch"
 COLLECTIVES = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast")
@@ -192,7 +192,7 @@ def test_synthesize_picks_the_variant_the_simulator_prefers():
 
 
 def test_steps_are_dependency_depths_in_list_order():
-    from autotaccl.algorithm import Transfer
+    from autotaccl.model.algorithm import Transfer
     ts = [Transfer((0,), 0, 1, 0), Transfer((1,), 2, 3, 0), Transfer((0,), 1, 2, 0), Transfer((2,), 4, 5, 0),
           Transfer((1,), 3, 2, 0)]          # reads chunk 1 on rank 3, written in step 0
     out = assign_steps(ts)

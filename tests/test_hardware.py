@@ -6,8 +6,8 @@ import json
 import pytest
 
 from autotaccl.errors import InputError
-from autotaccl.hardware import available_profiles, load_hardware, profile_from_dict, taccl_cost_scale
-from autotaccl.topology import build_topology
+from autotaccl.model.hardware import available_profiles, load_hardware, profile_from_dict, taccl_cost_scale
+from autotaccl.model.topology import build_topology
 
 SHIPPED = ["dgx-a100", "dgx-h100", "dgx2", "fully-connected", "ndv2", "ring", "torus2d"]
 MiB, KiB = 1 << 20, 1 << 10

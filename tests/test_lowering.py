@@ -7,17 +7,16 @@ import re
 
 import pytest
 
-from autotaccl.algorithm import Algorithm, Transfer, save_algorithm, verify
 from autotaccl.baselines import applicable_baselines, baseline
 from autotaccl.cli import main
-from autotaccl.collectives import Collective
 from autotaccl.errors import InputError
-from autotaccl.hardware import load_hardware
-from autotaccl.lowering import LoweringError, LoweringOptions, lower
+from autotaccl.formats.msccl import LoweringError, LoweringOptions, lower, check_xml, parse_xml
+from autotaccl.formats.msccl.check.importer import import_xml
+from autotaccl.model.algorithm import Algorithm, Transfer, save_algorithm, verify
+from autotaccl.model.collectives import Collective
+from autotaccl.model.hardware import load_hardware
+from autotaccl.model.topology import build_topology
 from autotaccl.simulate import simulate
-from autotaccl.topology import build_topology
-from autotaccl.xmlcheck import check_xml, parse_xml
-from autotaccl.xmlcheck.importer import import_xml
 
 SEEDS = 2
 

@@ -8,8 +8,8 @@ import yaml
 
 from autotaccl.cli import main
 from autotaccl.errors import InputError
-from autotaccl.hardware import load_hardware, profile_from_dict
-from autotaccl.topology import build_topology
+from autotaccl.model.hardware import load_hardware, profile_from_dict
+from autotaccl.model.topology import build_topology
 from runners.linkfit import PoorFitError, analyse, fit_alpha_beta, group_pairs, node_layout, profile_dict
 
 SIZES = [1024, 4096, 16384, 65536, 262144, 1048576]

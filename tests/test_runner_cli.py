@@ -6,14 +6,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from autotaccl.algorithm import Algorithm, Transfer, save_algorithm
 from autotaccl.baselines import applicable_baselines, baseline
-from autotaccl.collectives import NAMES, Collective
 from autotaccl.cli import main
 from autotaccl.errors import InputError
-from autotaccl.hardware import load_hardware
+from autotaccl.model.algorithm import Algorithm, Transfer, save_algorithm
+from autotaccl.model.collectives import NAMES, Collective
+from autotaccl.model.hardware import load_hardware
+from autotaccl.model.topology import build_topology
 from autotaccl.simulate import simulate
-from autotaccl.topology import build_topology
 from runners import get_runner
 from runners.mpi import measure_many
 from runners.nccl_tests import parse

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from autotaccl.algorithm import Algorithm, Transfer, verify
-from autotaccl.collectives import Collective
 from autotaccl.errors import InputError
+from autotaccl.model.algorithm import Algorithm, Transfer, verify
+from autotaccl.model.collectives import Collective
 from runners import get_runner
 from runners.launch import JobError, JobTimeout, alive
 from runners.mpi import measure_many

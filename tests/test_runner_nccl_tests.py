@@ -220,8 +220,8 @@ def test_missing_binary_is_bad_input(tmp_path):
 
 
 def test_an_algorithm_is_lowered_to_xml_first(stand_in, tmp_path):
-    from autotaccl.algorithm import Algorithm, Transfer
-    from autotaccl.collectives import Collective
+    from autotaccl.model.algorithm import Algorithm, Transfer
+    from autotaccl.model.collectives import Collective
     ring = Algorithm("ring4", Collective("allgather", 4),
                      tuple(Transfer(((r - s) % 4,), r, (r + 1) % 4, s) for s in range(3) for r in range(4)))
     df = get_runner("nccl-tests").measure(ring, [4096], binary=str(stand_in.parent), launcher=[_mpiexec(), "-n", "1"],

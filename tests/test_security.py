@@ -217,7 +217,7 @@ def test_exported_files_stay_inside_and_escape_the_name(evil_sweep):
         text = (export / name).read_text()
         assert "<script" not in text and '"x&y"' not in text, name
     assert "&lt;script&gt;" in (export / "table.md").read_text()
-    from autotaccl.xmlcheck.importer import import_xml
+    from autotaccl.formats.msccl.check.importer import import_xml
 
     for f in xmls:
         text = (export / f).read_text()
@@ -238,7 +238,7 @@ def test_report_escapes_the_name_and_keeps_its_images_inside(evil_sweep):
 
 
 def test_an_algorithm_name_is_escaped_in_lowered_xml(tmp_path):
-    from autotaccl.xmlcheck.importer import import_xml
+    from autotaccl.formats.msccl.check.importer import import_xml
 
     algorithm = json.loads((REPO / "tests" / "bad_inputs" / "_good" / "ag2.json").read_text())
     algorithm["name"] = '"><script>alert(1)</script>&amp;'
@@ -261,7 +261,7 @@ def test_study_and_out_cannot_escape(tmp_path, capsys):
 
 def test_nccl_tests_runner_keeps_an_algorithm_named_like_a_path_in_its_workdir(tmp_path):
     """The binary is a test double (no GPU, no nccl-tests here): it fails at once, after the XML was written."""
-    from autotaccl.algorithm import load_algorithm
+    from autotaccl.model.algorithm import load_algorithm
     from runners import get_runner
 
     algorithm = load_algorithm(REPO / "tests" / "bad_inputs" / "_good" / "ag2.json")

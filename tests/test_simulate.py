@@ -7,11 +7,11 @@ import random
 
 import pytest
 
-from autotaccl.algorithm import Algorithm, Transfer
-from autotaccl.collectives import NAMES, Collective
-from autotaccl.hardware import profile_from_dict
+from autotaccl.model.algorithm import Algorithm, Transfer
+from autotaccl.model.collectives import NAMES, Collective
+from autotaccl.model.hardware import profile_from_dict
+from autotaccl.model.topology import build_topology
 from autotaccl.simulate import MAX_ROUNDS, ROUND_BYTES, _plan, _schedule, rounds, simulate, simulate_sizes
-from autotaccl.topology import build_topology
 
 ALPHA, BW = 0.7, 25.0          # NVLink class of the hand-built ring (µs, GB/s)
 PCIE_ALPHA, IB_ALPHA, IB_BW = 0.5, 2.6, 12.5

@@ -7,8 +7,8 @@ import yaml
 
 from autotaccl.errors import InputError
 from autotaccl.sketch import Sketch, sketch_key
-from autotaccl.tuning.space import (enumerate_space, load_space, params_to_sketch, sample, settings,
-                                    shipped_spaces, sketch_dict)
+from autotaccl.tuning.space import (enumerate_space, load_space, params_to_sketch, sample, settings, shipped_spaces,
+                                    sketch_dict)
 
 GOOD = {
     "target": {"hardware": "ndv2", "nodes": 2, "collectives": ["allgather", "alltoall"]},

@@ -7,13 +7,13 @@ from dataclasses import replace
 import networkx as nx
 import pytest
 
-from autotaccl.algorithm import verify
-from autotaccl.collectives import Collective
 from autotaccl.errors import InfeasibleError
 from autotaccl.milp import SolverOptions
+from autotaccl.model.algorithm import verify
+from autotaccl.model.collectives import Collective
 from autotaccl.sketch import default_sketch, load_sketch, logical_topology
+from autotaccl.sketch.logical import LogicalTopology
 from autotaccl.synth.combine import combine_stage, reduce_scatter
-from autotaccl.synth.logical import LogicalTopology
 from autotaccl.synth.ordering import NAMES, default_heuristic, order
 from autotaccl.synth.routing import RoutingOptions, chunk_edges, route, symmetry_permutations
 from autotaccl.synth.scheduling import ScheduleOptions, schedule

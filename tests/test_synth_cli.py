@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from autotaccl.algorithm import load_algorithm, verify
 from autotaccl.cli import main
-from autotaccl.hardware import load_hardware
-from autotaccl.topology import build_topology
+from autotaccl.model.algorithm import load_algorithm, verify
+from autotaccl.model.hardware import load_hardware
+from autotaccl.model.topology import build_topology
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "taccl-examples"
 SK = DATA / "sketch"

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotaccl.hardware import load_hardware, profile_from_dict
-from autotaccl.topology import NETWORK, build_topology, capacity_graph, node_of, num_ranks, summarize
+from autotaccl.model.hardware import load_hardware, profile_from_dict
+from autotaccl.model.topology import NETWORK, build_topology, capacity_graph, node_of, num_ranks, summarize
 
 # (profile, nodes) -> edges by kind. Point links: 2 per pair; switch: G(G-1) per node; net: every GPU
 # with a NIC to every GPU with a NIC on another node.

@@ -3,7 +3,7 @@ Optuna journal storage and MLflow SQLite store.
 
 There is no GPU here, so ``STAND_IN`` is a test double standing in for a cluster's nccl-tests binary
 (all_gather_perf). Launched by the real mpiexec on every rank, rank 0 checks that the MSCCL environment
-names an XML file that exists, is for this many ranks and passes ``autotaccl.lowering.check_xml``, then
+names an XML file that exists, is for this many ranks and passes ``autotaccl.formats.msccl.check_xml``, then
 prints nccl-tests 2.19-format rows for the requested -b/-e/-f sizes with times derived from the XML
 (its step count and protocol) and logs what it was given and printed. It reports wrong elements
 (#wrong > 0) for LL128 XML, as a cluster would for an algorithm that computes a wrong result.
@@ -30,7 +30,7 @@ import json, os, sys
 if os.environ.get("PMI_RANK", "0") != "0":
     sys.exit(0)
 import xml.etree.ElementTree as ET
-from autotaccl.lowering import check_xml
+from autotaccl.formats.msccl import check_xml
 args = sys.argv[1:]
 opt = {{args[i]: args[i + 1] for i in range(0, len(args) - 1, 2)}}
 path = os.environ.get("MSCCL_XML_FILES")

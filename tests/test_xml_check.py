@@ -10,8 +10,8 @@ import pytest
 
 from autotaccl.cli import main
 from autotaccl.errors import InputError
-from autotaccl.lowering.xmlwrite import write_xml
-from autotaccl.xmlcheck import check_xml, parse_xml
+from autotaccl.formats.msccl import check_xml, parse_xml
+from autotaccl.formats.msccl.lower.xmlwrite import write_xml
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "data" / "msccl-xml"
 SEEDS = 3
@@ -257,7 +257,7 @@ def allpairs3(with_nop: bool = True, k: int = 1) -> str:
 
 
 def test_nop_dependencies_fold_into_a_fused_re_chain():
-    from autotaccl.xmlcheck.replay import fold
+    from autotaccl.formats.msccl.check.replay import fold
     prog = parse_xml(allpairs3())
     (op_copy, op_re) = fold(prog.gpus[0].tbs[4])
     assert op_copy.kind == "cpy"
@@ -274,9 +274,9 @@ def test_fused_re_chain_without_its_nop_races_on_scratch():
 
 
 def test_package_interface_and_runtime_detection_of_our_legacy_files():
-    from autotaccl.algorithm import Algorithm, Transfer
-    from autotaccl.collectives import Collective
-    from autotaccl.lowering import CheckReport, LoweringOptions, check_xml as lowering_check, import_xml, lower
+    from autotaccl.formats.msccl import CheckReport, LoweringOptions, check_xml as lowering_check, import_xml, lower
+    from autotaccl.model.algorithm import Algorithm, Transfer
+    from autotaccl.model.collectives import Collective
     rs = Algorithm("rs", Collective("reducescatter", 2), (Transfer((1,), 0, 1, 0, "reduce"),
                                                           Transfer((0,), 1, 0, 0, "reduce")))
     text = lower(rs, LoweringOptions(runtime="msccl"))

@@ -5,11 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from autotaccl.algorithm import verify
 from autotaccl.errors import InputError
-from autotaccl.lowering import LoweringOptions, lower
-from autotaccl.xmlcheck import check_xml
-from autotaccl.xmlcheck.importer import import_xml
+from autotaccl.formats.msccl import LoweringOptions, lower, check_xml
+from autotaccl.formats.msccl.check.importer import import_xml
+from autotaccl.model.algorithm import verify
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "data" / "msccl-xml"
 

@@ -12,26 +12,27 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from .. import tracking
 from ..errors import InputError
-from . import heartbeat, locks, outbox
+from ..tracking import outbox
+from . import heartbeat, locks
 
 log = logging.getLogger(__name__)
 
 
 def run_trials(config, study: optuna.Study, objective, counted: Callable[[FrozenTrial], bool],
-               n_trials: int | None = None, failed_catch: tuple[type[Exception], ...] = (),
-               after_trial: Callable[[], None] | None = None) -> int:
+               sample: Callable[[Any], Any], n_trials: int | None = None,
+               failed_catch: tuple[type[Exception], ...] = (), after_trial: Callable[[], None] | None = None) -> int:
     """Run trials of ``study`` until it has ``config.trials`` counted ones (or ``n_trials`` here, or the
-    time-out); ``failed_catch`` are the objective's own failure exceptions; ``after_trial()`` is called
-    once each trial of this worker has finished (progress). Returns trials run here."""
-    from ..tuning import tracking
-    from ..tuning.space import sample
+    time-out); ``sample(trial)`` suggests a trial's parameters (called under the admission lock);
+    ``failed_catch`` are the objective's own failure exceptions; ``after_trial()`` is called once each
+    trial of this worker has finished (progress). Returns trials run here."""
 
     gate = locks.Lock(config.storage, config.out_dir, f"admit:{config.study_name}")
     client = objective.client if hasattr(objective, "client") else tracking.MlflowClient(config.tracking_uri)
@@ -48,7 +49,7 @@ def run_trials(config, study: optuna.Study, objective, counted: Callable[[Frozen
     def admitted(trial: optuna.Trial) -> float:
         trial.set_user_attr("worker", heartbeat.worker_id())
         try:
-            sample(trial, objective.space)            # under the lock: concurrent samplers see each other
+            sample(trial)            # under the lock: concurrent samplers see each other
         finally:
             gate.release()
         with heartbeat.beating(config.storage, trial._trial_id):
@@ -71,7 +72,7 @@ def run_trials(config, study: optuna.Study, objective, counted: Callable[[Frozen
         gate.acquire()
         try:
             heartbeat.reap(study, config.storage, lambda t, why: reaped.append((t, why)),
-                           lambda t: sample(_Completer(study, t), objective.space))
+                           lambda t: sample(_Completer(study, t)))
             trials = study.get_trials(deepcopy=False)
             retried = {n for t in trials for n in t.system_attrs.get("retry_history", ())}
             done = sum(1 for t in trials if counted(t) and t.number not in retried)
@@ -128,8 +129,6 @@ class _Failed(RuntimeError):
 
 def record_failure(client, config, trial: FrozenTrial, reason: str) -> None:
     """The MLflow run of a trial that failed outside the objective's own accounting."""
-    from ..tuning import tracking
-
     outbox.log_run(client, config.out_dir, config.experiment_id, f"trial-{trial.number}",
                    parent_run_id=config.parent_run_id, params={k: v for k, v in trial.params.items()},
                    tags={tracking.KIND: "trial", "state": "FAIL", "optuna.trial": trial.number,

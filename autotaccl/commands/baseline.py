@@ -3,11 +3,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..algorithm import save_algorithm, verify
 from ..baselines import ALGORITHMS, baseline
-from ..cli import print_json
 from ..errors import InputError
-from .common import add_hardware_args, collective_arg, topology_from_args
+from ..model.algorithm import save_algorithm, verify
+from .common import print_json, add_hardware_args, collective_arg, topology_from_args
 
 
 def register(subparsers) -> None:

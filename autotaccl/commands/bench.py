@@ -51,8 +51,8 @@ def run(args: argparse.Namespace) -> int:
     from runners.launch import JobError
     from runners.table import format_table
 
-    from ..algorithm import load_algorithm
-    from ..cli import print_json
+    from ..model.algorithm import load_algorithm
+    from .common import print_json
 
     sizes = parse_size_range(args.sizes, "--sizes")
     if args.workdir is not None:

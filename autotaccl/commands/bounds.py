@@ -1,10 +1,9 @@
 """``autotaccl bounds``: the algbw ceiling and latency floor of a collective on a topology."""
 from __future__ import annotations
 
-from ..cli import print_json
-from ..collectives import make_collective
-from ..topology import num_ranks
-from .common import add_hardware_args, collective_arg, topology_from_args
+from ..model.collectives import make_collective
+from ..model.topology import num_ranks
+from .common import print_json, add_hardware_args, collective_arg, topology_from_args
 
 
 def register(subparsers) -> None:

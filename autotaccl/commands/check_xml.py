@@ -5,11 +5,11 @@ thread block and step); 2: the file cannot be read as MSCCL XML (one line with t
 """
 from __future__ import annotations
 
-from ..cli import print_json
 from ..errors import InputError
-from ..lowering.program import RUNTIMES
-from ..xmlcheck import check_xml
-from ..xmlcheck.check import MODES
+from ..formats.msccl import check_xml
+from ..formats.msccl.check.check import MODES
+from ..formats.msccl.program import RUNTIMES
+from .common import print_json
 
 
 def register(subparsers) -> None:

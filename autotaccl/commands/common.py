@@ -2,17 +2,24 @@
 from __future__ import annotations
 
 import argparse
+import json
+from typing import Any
 
 import networkx as nx
 
-from ..collectives import canonical_name
-from ..hardware import load_hardware
+from ..model.collectives import canonical_name
+from ..model.hardware import load_hardware
+from ..model.topology import MAX_RANKS, build_topology
 from ..sizes import parse_size
-from ..topology import MAX_RANKS, build_topology
 
 
 def register(subparsers) -> None:
     """Not a command: this module only holds helpers."""
+
+
+def print_json(obj: Any) -> None:
+    """The one JSON object a ``--json`` command prints."""
+    print(json.dumps(obj, indent=1, default=str))
 
 
 def add_hardware_args(parser: argparse.ArgumentParser) -> None:

@@ -26,7 +26,7 @@ def run(args) -> int:
 
     from dashboards.report import build_report
 
-    from ..tuning import tracking
+    from .. import tracking
     from ..tuning.export import export
     from ..tuning.space import shipped_spaces
     from ..tuning.sweep import TuneRequest, tune

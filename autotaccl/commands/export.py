@@ -31,9 +31,9 @@ def run(args) -> int:
     tracking_uri(args.tracking_uri)
     output_dir(args.out, "-o", replaces=("*.xml", "table.csv", "table.md", "table.json", "README.md"))
     if args.replay:
-        from ..cluster import outbox
+        from ..tracking import outbox
         from ..errors import InputError
-        from ..tuning.tracking import MlflowClient
+        from ..tracking import MlflowClient
 
         if not Path(args.replay).is_dir():
             raise InputError("--replay", args.replay, "a sweep's run directory (autotaccl tune --out)")

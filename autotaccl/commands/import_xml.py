@@ -1,9 +1,9 @@
 """``autotaccl import-xml FILE.xml -o ALGO.json``: an MSCCL XML algorithm as an IR algorithm."""
 from __future__ import annotations
 
-from ..algorithm import save_algorithm
+from ..formats.msccl.check.importer import import_xml
+from ..model.algorithm import save_algorithm
 from ..safety import output_file
-from ..xmlcheck.importer import import_xml
 
 
 def register(subparsers) -> None:

@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import logging
 
-from ..algorithm import load_verified
 from ..errors import InputError
-from ..lowering import LoweringOptions, lower
-from ..lowering.program import PROTOCOLS, RUNTIMES
+from ..formats.msccl import LoweringOptions, lower, check_xml
+from ..formats.msccl.program import PROTOCOLS, RUNTIMES
+from ..model.algorithm import load_verified
 from ..safety import output_file
 from ..sizes import parse_size
-from ..xmlcheck import check_xml
 
 log = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from runners.linkfit import PoorFitError, analyse, profile_dict, report, write_profile
     from runners.mpi import JobOptions, run_job
 
-    from ..cli import print_json
+    from .common import print_json
 
     if args.np < 2:
         raise InputError("--np", str(args.np), "a whole number >= 2 (ping-pong needs pairs)")

@@ -1,12 +1,11 @@
 """``autotaccl simulate ALGO.json``: simulated time and bandwidths per buffer size, as nccl-tests prints them."""
 from __future__ import annotations
 
-from ..algorithm import VerificationError, load_algorithm, verify
-from ..cli import print_json
 from ..errors import InputError
+from ..model.algorithm import VerificationError, load_algorithm, verify
+from ..model.topology import num_ranks
 from ..sizes import parse_size_range
-from ..topology import num_ranks
-from .common import add_hardware_args, topology_from_args
+from .common import print_json, add_hardware_args, topology_from_args
 
 ELEMENT_BYTES = 4  # nccl-tests' count column for type float
 

@@ -1,16 +1,15 @@
 """``autotaccl synth``: synthesize one algorithm from a sketch, report each stage, simulate it, compare."""
 from __future__ import annotations
 
-from ..algorithm import save_algorithm
 from ..baselines import best_baseline
 from ..bounds import bound_algbw, bounds
-from ..cli import print_json
 from ..errors import InputError
+from ..model.algorithm import save_algorithm
 from ..simulate import simulate
 from ..sizes import format_size, parse_size
 from ..sketch import default_sketch, load_sketch
 from ..synth import SynthOptions, synthesize
-from .common import add_hardware_args, collective_arg, topology_from_args
+from .common import print_json, add_hardware_args, collective_arg, topology_from_args
 
 REFERENCE_SIZE = 1 << 30
 

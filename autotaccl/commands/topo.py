@@ -3,9 +3,8 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from ..cli import print_json
-from ..topology import capacity_graph, summarize
-from .common import add_hardware_args, topology_from_args
+from ..model.topology import capacity_graph, summarize
+from .common import print_json, add_hardware_args, topology_from_args
 
 
 def register(subparsers) -> None:

@@ -91,7 +91,7 @@ def run(args) -> int:
                           tracking_uri=args.tracking_uri, workers=args.workers, sampler=args.sampler, seed=args.seed,
                           out=args.out, resume=args.resume, margin=args.margin, synth_time_limit=args.synth_time_limit,
                           progress=None)
-    from ..collectives import canonical_name
+    from ..model.collectives import canonical_name
 
     collectives = [canonical_name(c) for c in args.collective] if args.collective else None
     if args.no_progress or args.json:
@@ -100,7 +100,7 @@ def run(args) -> int:
         with ProgressBar() as bar:
             summaries = tune(replace(request, progress=bar.update), collectives)
     if args.json:
-        from ..cli import print_json
+        from .common import print_json
 
         print_json([{"study": s.study, "collective": s.collective, "experiment_id": s.experiment_id,
                      "parent_run_id": s.parent_run_id, "counts": s.counts, "best_value": s.best_value,

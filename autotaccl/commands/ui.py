@@ -43,7 +43,7 @@ def wait_ready(base: str, proc: subprocess.Popen, timeout: float) -> bool:
 
 
 def run(args) -> int:
-    from ..tuning import tracking
+    from .. import tracking
 
     if not 0 < args.port < 65536:
         raise InputError("--port", str(args.port), "a TCP port 1..65535")

@@ -1,8 +1,8 @@
 """``autotaccl verify ALGO.json``: prove an algorithm implements its collective."""
 from __future__ import annotations
 
-from ..algorithm import VerificationError, load_algorithm, verify
-from ..cli import print_json
+from ..model.algorithm import VerificationError, load_algorithm, verify
+from .common import print_json
 
 
 def register(subparsers) -> None:

@@ -1,4 +1,4 @@
-"""Synthesis: a sketch-restricted logical topology in, a verified :class:`~autotaccl.algorithm.Algorithm` out.
+"""Synthesis: a sketch-restricted logical topology in, a verified :class:`~autotaccl.model.algorithm.Algorithm` out.
 
 ``synthesize(graph, collective, sketch, SynthOptions(engine="milp"|"greedy", ...)) -> SynthResult``.
 """

@@ -14,10 +14,10 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from ..algorithm import Algorithm, Transfer, renumber_steps, verify
-from ..collectives import Collective
 from ..milp.solution import SolverOptions, StageReport
-from .logical import LogicalTopology
+from ..model.algorithm import Algorithm, Transfer, renumber_steps, verify
+from ..model.collectives import Collective
+from ..sketch.logical import LogicalTopology, logical_topology
 from .ordering import order
 from .routing import RoutingOptions, route
 from .scheduling import ScheduleOptions, Schedule, schedule
@@ -138,8 +138,6 @@ def combine_stage(lt: LogicalTopology, sketch, solver: SolverOptions,
 
 
 def _allgather_senders(lt: LogicalTopology, sketch) -> dict:
-    from ..sketch import logical_topology      # not at import time: the sketch module imports this package
-
     coll = lt.collective
     ag = logical_topology(lt.graph, Collective("allgather", coll.ranks), sketch,
                           lt.chunk_bytes * coll.ranks * coll.chunkup)

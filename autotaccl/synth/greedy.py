@@ -29,11 +29,11 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from ..algorithm import Algorithm, Transfer, verify
-from ..collectives import Collective
 from ..errors import InfeasibleError
+from ..model.algorithm import Algorithm, Transfer, verify
+from ..model.collectives import Collective
 from ..simulate import rounds
-from .logical import LogicalTopology
+from ..sketch.logical import LogicalTopology
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from ..milp.solution import StageReport
-from .logical import LogicalTopology
+from ..sketch.logical import LogicalTopology
 from .routing import Routing, Send
 
 log = logging.getLogger(__name__)

@@ -18,13 +18,13 @@ from typing import Mapping
 import networkx as nx
 
 from .. import sketch as sketches
-from ..algorithm import Algorithm, verify
-from ..collectives import canonical_name
 from ..errors import InfeasibleError, InputError
 from ..milp.gurobi import LicenceLimitError
 from ..milp.solution import NoSolutionError, SolverOptions, StageReport
+from ..model.algorithm import Algorithm, verify
+from ..model.collectives import canonical_name
+from ..sketch.logical import LogicalTopology
 from .greedy import greedy
-from .logical import LogicalTopology
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ import numpy as np
 from ..errors import InfeasibleError
 from ..milp import Model, SolverOptions, solve
 from ..milp.solution import NoSolutionError, StageReport
-from .logical import LogicalTopology
+from ..sketch.logical import LogicalTopology
 
 log = logging.getLogger(__name__)
 

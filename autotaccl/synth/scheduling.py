@@ -11,7 +11,7 @@ times ``t_s`` so that
 * the makespan ``T`` bounds every end.
 
 The list schedule of stage 2 is the MIP start and also an upper bound ``H`` for every time variable,
-which keeps the indicator (big-M) rows tight. The result is an :class:`~autotaccl.algorithm.Algorithm`
+which keeps the indicator (big-M) rows tight. The result is an :class:`~autotaccl.model.algorithm.Algorithm`
 in start-time order with ``start_us`` set.
 """
 from __future__ import annotations
@@ -20,11 +20,11 @@ import logging
 import time
 from dataclasses import dataclass, replace
 
-from ..algorithm import Algorithm, Transfer, renumber_steps, verify
 from ..milp import Model, SolverOptions, solve
 from ..milp.solution import StageReport
+from ..model.algorithm import Algorithm, Transfer, renumber_steps, verify
 from ..simulate import rounds
-from .logical import LogicalTopology
+from ..sketch.logical import LogicalTopology
 from .ordering import Ordering
 from .routing import Routing, Send
 

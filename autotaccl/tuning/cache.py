@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..algorithm import Algorithm, from_json, to_json
+from ..model.algorithm import Algorithm, from_json, to_json
 
 log = logging.getLogger(__name__)
 

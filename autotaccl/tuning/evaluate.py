@@ -13,8 +13,8 @@ from typing import Any, Mapping, Sequence
 import networkx as nx
 import pandas as pd
 
-from ..algorithm import Algorithm, verify
-from ..collectives import make_collective
+from ..model.algorithm import Algorithm, verify
+from ..model.collectives import make_collective
 from .cache import SynthesisCache, cache_key
 from .reference import Reference
 from .space import Settings

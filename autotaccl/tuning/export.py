@@ -20,11 +20,11 @@ from typing import Sequence
 
 import pandas as pd
 
-from ..algorithm import VerificationError, load_algorithm, verify
+from .. import tracking
 from ..errors import InputError
+from ..model.algorithm import VerificationError, load_algorithm, verify
 from ..safety import file_stem, replaced_dir
 from ..sizes import format_size
-from . import tracking
 from .lowered import check, lower_xml
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ def ranges_for(experiment, frame: pd.DataFrame, excluded: set[str]) -> list[Rang
 
 
 def _ranks(tags) -> int:
-    from ..hardware import load_hardware
+    from ..model.hardware import load_hardware
 
     try:
         return load_hardware(tags["autotaccl.hardware"]).gpus_per_node * int(tags["autotaccl.nodes"])

@@ -3,19 +3,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..algorithm import Algorithm
-
-
-def lowering_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("autotaccl.lowering") is not None
+from ..model.algorithm import Algorithm
 
 
 def lower_xml(algorithm: Algorithm, protocol: str = "Simple", instances: int = 1, min_bytes: int = 0,
               max_bytes: int | None = None) -> str:
     """MSCCL XML for ``algorithm`` with the tuned protocol and instances, selected for [min_bytes, max_bytes]."""
-    from ..lowering import LoweringOptions, lower
+    from ..formats.msccl import LoweringOptions, lower
 
     options: dict[str, Any] = {"proto": protocol, "instances": instances, "min_bytes": min_bytes}
     if max_bytes is not None:
@@ -25,6 +19,6 @@ def lower_xml(algorithm: Algorithm, protocol: str = "Simple", instances: int = 1
 
 def check(xml_text: str):
     """The checker's report (``.valid``, ``.first``) for ``xml_text``, in every mode its header enables."""
-    from ..xmlcheck import check_xml
+    from ..formats.msccl import check_xml
 
     return check_xml(xml_text)

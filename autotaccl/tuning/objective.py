@@ -18,18 +18,18 @@ from optuna.trial import TrialState
 
 from runners.launch import JobError
 
-from ..algorithm import VerificationError, to_json
-from ..cluster import outbox
+from .. import tracking
 from ..cluster.lease import measuring
 from ..errors import InfeasibleError, InputError
-from ..lowering import LoweringError
+from ..formats.msccl import LoweringError
+from ..model.algorithm import VerificationError, to_json
 from ..sizes import format_size
-from . import tracking
+from ..tracking import outbox
 from .cache import SynthesisCache
 from .evaluate import (SizeResult, WrongResults, results_frame, runner_times, score, simulate_times, size_results,
                        synthesize_cached)
 from .explore import enqueue_unseen, is_repeat, stuck
-from .lowered import lower_xml, lowering_available
+from .lowered import lower_xml
 from .reference import Reference, load_reference
 from .space import load_space, params_to_sketch, sample, settings
 
@@ -87,7 +87,6 @@ class Objective:
         self.reference: Reference = load_reference(Path(config.reference))
         self.cache = SynthesisCache(Path(config.out_dir) / "cache")
         self.client = tracking.MlflowClient(tracking_uri=config.tracking_uri)
-        self.with_xml = lowering_available()
 
     # ------------------------------------------------------------------ the objective
     def __call__(self, trial: optuna.Trial) -> float:
@@ -188,7 +187,7 @@ class Objective:
             metrics.update(synth_seconds=synth.seconds, model_variables=synth.variables,
                            model_constraints=synth.constraints)
             artifacts["algorithm.json"] = json.dumps(to_json(synth.algorithm))
-            if state == "COMPLETE" and self.with_xml:
+            if state == "COMPLETE":
                 st = record["settings"]
                 try:
                     artifacts["algorithm.xml"] = lower_xml(synth.algorithm, st.protocol, st.instances)
@@ -220,7 +219,7 @@ class Objective:
             trial.set_user_attr("mlflow_run_id", run_id)
 
     def _plot(self, number: int, results: list[SizeResult]) -> bytes:
-        from dashboards.plots import busbw_figure, png_bytes
+        from ..tracking.plots import busbw_figure, png_bytes
 
         sizes = [r.size for r in results]
         factor = results[0].busbw / results[0].algbw

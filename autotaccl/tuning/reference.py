@@ -13,9 +13,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import networkx as nx
 
-from ..algorithm import Algorithm, from_json, to_json
 from ..baselines import applicable_baselines, baseline
 from ..bounds import bound_algbw, bounds
+from ..model.algorithm import Algorithm, from_json, to_json
 
 log = logging.getLogger(__name__)
 

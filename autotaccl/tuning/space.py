@@ -12,14 +12,14 @@ from typing import Any, Callable, Mapping
 
 import networkx as nx
 
-from ..collectives import canonical_name
 from ..documents import read_document
 from ..errors import InputError
-from ..hardware import HardwareProfile, load_hardware
+from ..model.collectives import canonical_name
+from ..model.hardware import HardwareProfile, load_hardware
+from ..model.topology import MAX_RANKS, build_topology
 from ..resources import data_dir
 from ..safety import safe_name
 from ..sizes import format_size, parse_size, parse_size_range
-from ..topology import MAX_RANKS, build_topology
 
 TYPES = ("categorical", "int", "float")
 _TOP_KEYS = {"name", "description", "target", "sizes", "parameters", "fixed", "seeds"}

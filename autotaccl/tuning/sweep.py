@@ -22,12 +22,12 @@ from typing import Any, Callable, Mapping, Sequence
 import optuna
 from optuna.trial import TrialState
 
-from ..algorithm import verify
+from .. import tracking
 from ..errors import InputError
-from . import tracking
+from ..model.algorithm import verify
 from .objective import Objective, SweepConfig, TrialFailed
 from .reference import Reference, compute_reference, load_reference, save_reference
-from .space import SearchSpace, load_space, sketch_to_params
+from .space import SearchSpace, load_space, sample, sketch_to_params
 
 log = logging.getLogger(__name__)
 
@@ -200,8 +200,8 @@ def _log_baselines(client, experiment_id: str, parent: str, ref: Reference, spac
                    collective: str) -> None:
     import json
 
-    from ..algorithm import to_json
-    from ..collectives import make_collective
+    from ..model.algorithm import to_json
+    from ..model.collectives import make_collective
 
     coll = make_collective(collective, space.profile.gpus_per_node * space.nodes)
     for name, times in ref.times.items():
@@ -266,8 +266,9 @@ def optimize(config: SweepConfig, study: optuna.Study, n_trials: int,
     """The worker loop: stop after ``n_trials`` here, or once the study has ``config.trials`` counted trials."""
     from ..cluster.loop import run_trials
 
-    run_trials(config, study, Objective(config), counted, n_trials, failed_catch=(TrialFailed,),
-               after_trial=after_trial)
+    objective = Objective(config)
+    run_trials(config, study, objective, counted, lambda trial: sample(trial, objective.space), n_trials,
+               failed_catch=(TrialFailed,), after_trial=after_trial)
 
 
 def summarize(study: optuna.Study, config: SweepConfig) -> StudySummary:
@@ -341,7 +342,8 @@ def tune(request: TuneRequest, collectives: Sequence[str] | None = None) -> list
     out.mkdir(parents=True, exist_ok=True)
     storage = storage_spec(request.storage, out)
     uri = request.tracking_uri or tracking.default_tracking_uri(out)
-    from ..cluster import locks, outbox
+    from ..cluster import locks
+    from ..tracking import outbox
 
     outbox.limit_client_retries()
     with locks.Lock(storage, out, "prepare"):     # several `autotaccl tune` on one storage prepare one at a time

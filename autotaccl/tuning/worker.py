@@ -13,7 +13,7 @@ from pathlib import Path
 import optuna
 from mlflow.tracking import MlflowClient
 
-from ..cluster import outbox
+from ..tracking import outbox
 
 from .objective import SweepConfig
 from .sweep import make_sampler, open_storage, optimize

@@ -11,9 +11,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError
-from ..lowering.program import (BUFFERS, GPU_ATTRS, STEP_ATTRS, STEP_TYPES, TB_ATTRS, Gpu, Program, Step,
-                                ThreadBlock)
+from ....errors import InputError
+from ..program import BUFFERS, GPU_ATTRS, STEP_ATTRS, STEP_TYPES, TB_ATTRS, Gpu, Program, Step, ThreadBlock
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]*")
 _INT = re.compile(r"-?(0|[1-9][0-9]*)")

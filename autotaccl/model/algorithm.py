@@ -18,9 +18,9 @@ from typing import Any, Iterable, Mapping
 
 import networkx as nx
 
+from ..documents import read_document
+from ..errors import InputError
 from .collectives import NAMES, Collective
-from .documents import read_document
-from .errors import InputError
 
 FORMAT = "autotaccl-algorithm"
 VERSION = 1

@@ -4,8 +4,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from ..errors import InputError
-from ..lowering.program import COLL_ACCEPTED, HEADER_REQUIRED, RUNTIMES, Program
+from ....errors import InputError
+from ..program import COLL_ACCEPTED, HEADER_REQUIRED, RUNTIMES, Program
 from .parse import read_xml
 from .replay import MAX_RACE_TBS, Replay
 from .report import CheckReport, Problem

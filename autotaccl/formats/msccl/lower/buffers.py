@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from ..algorithm import Algorithm
-from .program import inplace_cell
+from ....model.algorithm import Algorithm
+from ..program import inplace_cell
 from .threadblocks import Plan, event_order
 
 Loc = tuple[str, int]

@@ -13,7 +13,7 @@ import bisect
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from ..algorithm import Algorithm
+from ....model.algorithm import Algorithm
 
 #: (rank, send peer, receive peer, channel)
 TbKey = tuple[int, int, int, int]

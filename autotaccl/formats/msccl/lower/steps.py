@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from ..algorithm import Algorithm
+from ....model.algorithm import Algorithm
+from ..program import inplace_cell
 from .buffers import Layout, Loc
-from .program import inplace_cell
 from .threadblocks import Plan, TbKey
 
 

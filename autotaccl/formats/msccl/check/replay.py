@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..lowering.program import Program, inplace_cell
+from ..program import Program, inplace_cell
 from .report import Problem
 from .static import buffer_sizes
 

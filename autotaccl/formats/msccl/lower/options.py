@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import InputError
-from .program import LIMITS, PROTOCOLS, RUNTIMES
+from ....errors import InputError
+from ..program import LIMITS, PROTOCOLS, RUNTIMES
 
 
 class LoweringError(InputError):

@@ -7,7 +7,7 @@ transfer moves together stay contiguous. A transfer on link ``l`` of instance ``
 """
 from __future__ import annotations
 
-from ..algorithm import Algorithm, Transfer
+from ....model.algorithm import Algorithm, Transfer
 
 
 def instance_chunk(chunk: int, chunkup: int, instances: int, instance: int) -> int:

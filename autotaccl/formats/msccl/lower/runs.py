@@ -6,7 +6,7 @@ such transfers into one transfer per run, run ``j`` on its own channel copy (as 
 """
 from __future__ import annotations
 
-from ..algorithm import Algorithm, Transfer
+from ....model.algorithm import Algorithm, Transfer
 from .buffers import layout
 from .steps import contiguous_runs
 from .threadblocks import Uses, plan_threadblocks

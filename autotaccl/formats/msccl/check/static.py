@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..lowering.program import (COLL_ACCEPTED, COLL_NAMES, HEADER_REQUIRED, LIMITS, PROTOCOLS, RECEIVES, SENDS,
-                                Program, Step)
+from ..program import COLL_ACCEPTED, COLL_NAMES, HEADER_REQUIRED, LIMITS, PROTOCOLS, RECEIVES, SENDS, Program, Step
 from .report import Problem
 
 PORTABLE_TBS = 128   # fewer than the SMs of an A100 (108 usable at once) / H100 (132): §1.4, §1.9

@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ..tuning import tracking
+from .. import tracking
 
 log = logging.getLogger(__name__)
 

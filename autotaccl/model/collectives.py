@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from .errors import InputError
+from ..errors import InputError
 
 NAMES = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast")
 _ALIASES = {"allgather": "allgather", "all_gather": "allgather", "all-gather": "allgather", "ag": "allgather",

@@ -1,8 +1,8 @@
-"""``import_xml``: any MSCCL algorithm as an IR :class:`~autotaccl.algorithm.Algorithm`.
+"""``import_xml``: any MSCCL algorithm as an IR :class:`~autotaccl.model.algorithm.Algorithm`.
 
 The file is checked first, then replayed in synchronous rounds; every message becomes one transfer
 (emitted when it is sent, with the round as its step) of the IR chunks its labels name, numbered as in
-:mod:`autotaccl.collectives`. A relay through scratch thus becomes a multi-hop transfer. A message
+:mod:`autotaccl.model.collectives`. A relay through scratch thus becomes a multi-hop transfer. A message
 received by ``rrc``/``rrs``/``rrcs`` is a reduce; one received by ``r``/``rcs`` is a copy, unless it
 lands beside a disjoint partial sum (received into scratch for a later local ``re``): then a reduce.
 Local ``cpy``/``re`` steps move nothing between ranks and leave no transfer.
@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from ..algorithm import Algorithm, Transfer, VerificationError, renumber_steps, verify
-from ..collectives import Collective
-from ..errors import InputError
+from ....errors import InputError
+from ....model.algorithm import Algorithm, Transfer, VerificationError, renumber_steps, verify
+from ....model.collectives import Collective
 from .check import check_program, detect_runtime, header_modes
 from .parse import read_xml
 from .replay import Replay

@@ -1,7 +1,7 @@
 """Hardware profiles: what one node looks like and how fast each kind of link is.
 
 A profile is a YAML file (schema in ``hardware/README.md``) or one of TACCL's topology JSON files.
-Both become the same :class:`HardwareProfile`; :mod:`autotaccl.topology` turns a profile and a node
+Both become the same :class:`HardwareProfile`; :mod:`autotaccl.model.topology` turns a profile and a node
 count into the graph that every other stage reads.
 """
 from __future__ import annotations
@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 
-from .documents import read_document
-from .errors import InputError
-from .resources import data_dir
-from .safety import safe_name
+from ..documents import read_document
+from ..errors import InputError
+from ..resources import data_dir
+from ..safety import safe_name
 
 
 @dataclass(frozen=True)

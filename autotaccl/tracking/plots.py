@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from autotaccl.sizes import format_size  # noqa: E402
+from ..sizes import format_size  # noqa: E402
 
 
 def busbw_figure(series: Mapping[str, tuple[Sequence[int], Sequence[float]]], title: str,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from xml.sax.saxutils import quoteattr
 
-from .program import Program, Step, ThreadBlock
+from ..program import Program, Step, ThreadBlock
 
 
 def _attrs(pairs) -> str:

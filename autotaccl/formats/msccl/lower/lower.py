@@ -10,13 +10,13 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 
-from ..algorithm import Algorithm, VerificationError, verify
+from ....model.algorithm import Algorithm, VerificationError, verify
+from ..program import COLL_NAMES, LEGACY_NO_LIMIT, LIMITS, Gpu, Program, Step, ThreadBlock
 from .buffers import layout
 from .channels import spread_channels
-from .runs import split_runs
 from .options import LoweringError, LoweringOptions
-from .program import COLL_NAMES, LEGACY_NO_LIMIT, LIMITS, Gpu, Program, Step, ThreadBlock
 from .replicate import replicate
+from .runs import split_runs
 from .steps import StepRec, add_dependencies, build_steps
 from .threadblocks import TbKey, Uses, plan_threadblocks
 from .xmlwrite import write_xml
@@ -126,7 +126,7 @@ def _build(expanded: Algorithm, channels, origin, forbid, opts: LoweringOptions,
 def _replay(program: Program, coll_name: str, opts: LoweringOptions):
     """(stuck thread blocks, first problem) of one deterministic replay (values and races) per enabled
     buffer mode; (), None if the program is correct."""
-    from ..xmlcheck.replay import Replay
+    from ..check.replay import Replay
     for mode, on in (("outofplace", opts.outofplace), ("inplace", opts.inplace)):
         if on:
             replay = Replay(program, coll_name, mode)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..algorithm import Algorithm
+from ....model.algorithm import Algorithm
 from .options import LoweringError
 
 
