@@ -9,10 +9,8 @@ import yaml
 
 from autotaccl.model.hardware import load_hardware, profile_from_dict
 from autotaccl.model.topology import build_topology
+from support import SHARED, TACCL_TOPO
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(__file__).resolve().parents[2] / "shared"   # /work/shared, or ../shared beside a CI checkout
-TACCL_TOPO = SHARED / "data" / "taccl-examples" / "topo"
 
 # A small valid profile: 4 GPUs, one link between every pair, one NIC for all of them.
 SMALL_PROFILE = {
@@ -68,3 +66,15 @@ def write_yaml(tmp_path: Path):
         return path
 
     return write
+
+
+KINDS = ("mpi", "postgres", "browser")
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """A test that asks for the PostgreSQL fixture is a postgres test; mpi, postgres and browser tests are slow."""
+    for item in items:
+        if "postgres" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.postgres)
+        if any(item.get_closest_marker(kind) for kind in KINDS):
+            item.add_marker(pytest.mark.slow)

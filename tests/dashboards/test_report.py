@@ -9,7 +9,7 @@ import yaml
 
 from autotaccl.cli import main
 from autotaccl.tuning.sweep import TuneRequest, tune
-from test_tuning_store import fresh_store
+from support import fresh_store
 from dashboards.report import experiment_section
 
 SPACE = {

@@ -11,7 +11,7 @@ import yaml
 from autotaccl.cli import main
 from autotaccl.tuning.export import winners
 from autotaccl.tuning.sweep import TuneRequest, tune
-from test_tuning_store import fresh_store
+from support import fresh_store
 from autotaccl.formats.msccl import check_xml
 
 SIZES = [1024, 32768, 1048576, 16777216]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from autotaccl.cli import main
-from test_tuning_store import fresh_store
+from support import fresh_store
 
 
 def test_demo_sweeps_exports_and_reports(tmp_path, capsys):

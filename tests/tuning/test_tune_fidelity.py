@@ -4,38 +4,23 @@ A 2 x 2-GPU profile keeps the mpi runner at 4 real ranks (mpiexec from the venv'
 """
 from __future__ import annotations
 
-
 import mlflow
 import optuna
 import pandas as pd
+import pytest
 import yaml
 from optuna.trial import TrialState
 
 from autotaccl.tuning.sweep import TuneRequest, tune
-from test_tuning_store import fresh_store
+from support import PAIR_HARDWARE, PAIR_SPACE, fresh_store
 
-HARDWARE = {
-    "name": "pair", "gpus_per_node": 2,
-    "link_classes": {"nvlink": {"alpha_us": 0.7, "bandwidth_GBps": 25.0}, "pcie": {"alpha_us": 0.5, "bandwidth_GBps": 16.0},
-                     "ib": {"alpha_us": 2.6, "bandwidth_GBps": 12.5}},
-    "links": {"class": "nvlink", "pairs": [[0, 1, 1]]},
-    "nics": [{"class": "ib", "via": "pcie", "gpus": [0, 1]}],
-}
-SPACE = {   # 2 nodes x 2 GPUs = 4 real MPI ranks
-    "target": {"hardware": "pair.yaml", "nodes": 2, "collective": "allgather"},
-    "sizes": "1K,64K",
-    "fixed": {"engine": "greedy"},
-    "parameters": {"internode_conn": {"type": "categorical", "choices": ["relay", "direct-map", "fully-connected"]},
-                   "relay_map": {"type": "categorical", "choices": ["0:0", "0:1", "1:1"],
-                                 "when": {"internode_conn": "relay"}},
-                   "chunkup": {"type": "int", "low": 1, "high": 3}},
-}
+pytestmark = pytest.mark.mpi
 
 
 def test_runner_measures_only_candidates_near_the_best(tmp_path):
-    (tmp_path / "pair.yaml").write_text(yaml.safe_dump(HARDWARE))
+    (tmp_path / "pair.yaml").write_text(yaml.safe_dump(PAIR_HARDWARE))
     space = tmp_path / "space.yaml"
-    space.write_text(yaml.safe_dump(SPACE, sort_keys=False))
+    space.write_text(yaml.safe_dump(PAIR_SPACE, sort_keys=False))
     out = tmp_path / "runs"
     fresh_store(out)
     (summary,) = tune(TuneRequest(space=str(space), trials=5, out=str(out), runner="mpi", margin=0.0,

@@ -12,15 +12,15 @@ from autotaccl.cli import main
 from autotaccl.errors import InputError
 from autotaccl.formats.msccl import check_xml, parse_xml
 from autotaccl.formats.msccl.lower.xmlwrite import write_xml
+from support import MSCCL_XML, allpairs3
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "data" / "msccl-xml"
 SEEDS = 3
 
 
 def manifest() -> dict[str, set[str]]:
     """file -> the modes its MANIFEST says it is valid in."""
     modes = {}
-    for line in (CORPUS / "MANIFEST.md").read_text().splitlines():
+    for line in (MSCCL_XML / "MANIFEST.md").read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 5 and cells[0].endswith(".xml"):
             text = cells[4]
@@ -33,7 +33,7 @@ MANIFEST = manifest()
 
 
 def test_manifest_lists_every_file():
-    assert set(MANIFEST) == {p.name for p in CORPUS.glob("*.xml")}
+    assert set(MANIFEST) == {p.name for p in MSCCL_XML.glob("*.xml")}
     assert MANIFEST["ag8x.xml"] == {"inplace"} and MANIFEST["ag_ring4.xml"] == {"inplace", "outofplace"}
     assert MANIFEST["a2a_allpairs4.xml"] == {"outofplace"}
 
@@ -41,29 +41,29 @@ def test_manifest_lists_every_file():
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 @pytest.mark.parametrize("mode", ["inplace", "outofplace"])
 def test_corpus_valid_exactly_in_its_manifest_modes(name, mode):
-    report = check_xml(CORPUS / name, mode=mode, seeds=SEEDS)
+    report = check_xml(MSCCL_XML / name, mode=mode, seeds=SEEDS)
     assert report.valid == (mode in MANIFEST[name]), str(report)
     if not report.valid:
         assert report.first.mode == mode and report.first.rank is not None
 
 
 def test_corpus_runtime_detection_and_header_modes():
-    tools = check_xml(CORPUS / "ag_ring4_tools.xml", seeds=1)
+    tools = check_xml(MSCCL_XML / "ag_ring4_tools.xml", seeds=1)
     assert tools.runtime == "msccl" and tools.modes == ("outofplace",)          # legacy: inplace="0"
-    executor = check_xml(CORPUS / "ag_ring4_tools_oop.xml", seeds=1)
+    executor = check_xml(MSCCL_XML / "ag_ring4_tools_oop.xml", seeds=1)
     assert executor.runtime == "msccl-executor"
     # the executor does not load files without outofplace/minBytes/maxBytes
-    strict = check_xml(CORPUS / "ag_ring4_tools.xml", runtime="msccl-executor", seeds=1)
+    strict = check_xml(MSCCL_XML / "ag_ring4_tools.xml", runtime="msccl-executor", seeds=1)
     assert not strict.valid and "outofplace" in str(strict.first)
     # ag8x claims out-of-place, which is false
-    both = check_xml(CORPUS / "ag8x.xml", mode="both", seeds=1)
+    both = check_xml(MSCCL_XML / "ag8x.xml", mode="both", seeds=1)
     assert not both.valid and both.first.mode == "outofplace" and "never written" in both.first.message
 
 
 # ----------------------------------------------------------------------------- broken variants
 
 def program(name: str):
-    return parse_xml((CORPUS / name).read_text(), name)
+    return parse_xml((MSCCL_XML / name).read_text(), name)
 
 
 def edit_step(prog, rank: int, tb: int, s: int, **changes):
@@ -92,7 +92,7 @@ def check(prog, mode="outofplace"):
 
 def test_writer_reproduces_every_corpus_file_byte_for_byte():
     for name in MANIFEST:
-        text = (CORPUS / name).read_text()
+        text = (MSCCL_XML / name).read_text()
         assert write_xml(parse_xml(text, name)) == text, name
     assert check(program("ar_2gpu.xml")).valid
 
@@ -191,7 +191,7 @@ def test_exceeding_steps_per_threadblock_names_the_limit():
 
 # ----------------------------------------------------------------------------- malformed files
 
-GOOD = (CORPUS / "ar_2gpu.xml").read_text()
+GOOD = (MSCCL_XML / "ar_2gpu.xml").read_text()
 
 
 @pytest.mark.parametrize("text, line, words", [
@@ -218,43 +218,15 @@ def test_malformed_xml_is_one_line_with_the_line_number(tmp_path, capsys, text, 
 
 
 def test_cli_exit_codes_and_json(tmp_path, capsys):
-    assert main(["check-xml", str(CORPUS / "ar_ring4.xml"), "--seeds", "2"]) == 0
+    assert main(["check-xml", str(MSCCL_XML / "ar_ring4.xml"), "--seeds", "2"]) == 0
     assert "valid allreduce" in capsys.readouterr().out
-    assert main(["check-xml", str(CORPUS / "ar_ring4.xml"), "--mode", "outofplace", "--json"]) == 1
+    assert main(["check-xml", str(MSCCL_XML / "ar_ring4.xml"), "--mode", "outofplace", "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["valid"] is False and data["errors"][0]["mode"] == "outofplace"
     assert main(["check-xml", str(tmp_path / "missing.xml")]) == 2
 
 
 # ----------------------------------------------------------------------------- nop folding and re fusion
-
-def allpairs3(with_nop: bool = True, k: int = 1) -> str:
-    """3-rank AllReduce of k chunks: every rank sends its input to both peers' scratch, then one fused
-    ``re`` chain adds both scratch copies into the output; the nop carries the chain's second dependency."""
-    lines = [f'<algo name="ap3" proto="LL" nchannels="1" nchunksperloop="{k}" ngpus="3" coll="allreduce" '
-             'inplace="0" outofplace="1" minBytes="0" maxBytes="0">']
-
-    def step(s, kind, sb, so, db, do, depid=-1, deps=-1, hasdep=0):
-        cnt = 0 if kind == "nop" else k
-        return (f'      <step s="{s}" type="{kind}" srcbuf="{sb}" srcoff="{so}" dstbuf="{db}" dstoff="{do}" '
-                f'cnt="{cnt}" depid="{depid}" deps="{deps}" hasdep="{hasdep}"/>')
-
-    for r in range(3):
-        a, b = (r + 1) % 3, (r + 2) % 3
-        local = [step(0, "cpy", "i", 0, "o", 0)]
-        if with_nop:
-            local.append(step(1, "nop", "i", -1, "o", -1, 3, 0))
-        local += [step(len(local), "re", "s", 0, "o", 0, 2, 0), step(len(local) + 1, "re", "s", k, "o", 0)]
-        lines += [f'  <gpu id="{r}" i_chunks="{k}" o_chunks="{k}" s_chunks="{2 * k}">',
-                  f'    <tb id="0" send="{a}" recv="-1" chan="0">', step(0, "s", "i", 0, "s", 0), "    </tb>",
-                  f'    <tb id="1" send="{b}" recv="-1" chan="0">', step(0, "s", "i", 0, "s", k), "    </tb>",
-                  f'    <tb id="2" send="-1" recv="{a}" chan="0">', step(0, "r", "i", 0, "s", k, hasdep=1),
-                  "    </tb>",
-                  f'    <tb id="3" send="-1" recv="{b}" chan="0">', step(0, "r", "i", 0, "s", 0, hasdep=1),
-                  "    </tb>",
-                  '    <tb id="4" send="-1" recv="-1" chan="0">', *local, "    </tb>", "  </gpu>"]
-    return "\n".join(lines + ["</algo>"]) + "\n"
-
 
 def test_nop_dependencies_fold_into_a_fused_re_chain():
     from autotaccl.formats.msccl.check.replay import fold

@@ -12,8 +12,8 @@ from autotaccl.model.hardware import load_hardware, profile_from_dict
 from autotaccl.model.topology import build_topology
 from autotaccl.sketch import (Sketch, default_sketch, load_sketch, logical_topology, sketch_from_dict, sketch_key,
                               sketch_to_dict)
+from support import SKETCHES
 
-SKETCHES = Path(__file__).resolve().parents[2] / "shared" / "data" / "taccl-examples" / "sketch"
 ALL = sorted(SKETCHES.glob("*.json"))
 
 

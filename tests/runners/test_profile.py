@@ -19,6 +19,7 @@ def line(alpha: float, gbps: float) -> list[float]:
     return [alpha + s / (gbps * 1e3) for s in SIZES]
 
 
+@pytest.mark.mpi
 def test_profile_job_writes_a_profile_that_loads(tmp_path, capsys):
     out = tmp_path / "measured.yaml"
     # any R² is accepted here: this test is about the job and the file; refusals are tested on given data

@@ -10,9 +10,9 @@ from autotaccl.cli import main
 from autotaccl.model.algorithm import load_algorithm, verify
 from autotaccl.model.hardware import load_hardware
 from autotaccl.model.topology import build_topology
+from support import TACCL_EXAMPLES
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "taccl-examples"
-SK = DATA / "sketch"
+SK = TACCL_EXAMPLES / "sketch"
 
 
 def run(capsys, *argv):
@@ -60,7 +60,7 @@ def test_milp_engine_reports_its_stages_and_the_selection(tmp_path, capsys):
 
 def test_taccl_topology_file_and_text_report(tmp_path, capsys):
     out = tmp_path / "a2a.json"
-    code, stdout, _ = run(capsys, "synth", "--hardware", str(DATA / "topo" / "topo-ndv2-1MB.json"), "--chunk-size", "1M",
+    code, stdout, _ = run(capsys, "synth", "--hardware", str(TACCL_EXAMPLES / "topo" / "topo-ndv2-1MB.json"), "--chunk-size", "1M",
                           "--collective", "alltoall", "--sketch", str(SK / "sk1-ndv2-n1.json"), "--engine", "greedy",
                           "-o", str(out))
     assert code == 0

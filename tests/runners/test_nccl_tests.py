@@ -19,9 +19,9 @@ from autotaccl.errors import InputError
 from runners import get_runner
 from runners.launch import JobError
 from runners.nccl_tests import command, msccl_environment, parse, sweeps, xml_collective
+from support import MSCCL_XML
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-XML = SHARED / "data" / "msccl-xml" / "ag_ring4_tools_oop.xml"
+XML = MSCCL_XML / "ag_ring4_tools_oop.xml"
 
 # nccl-tests 2.19 (version line, root column, #wrong); the spec's sample, 8 ranks, all_reduce_perf -b 1K -e 64M -f 4
 NEW = """\
@@ -181,6 +181,7 @@ def _mpiexec() -> str:
     return str(Path(sys.executable).parent / "mpiexec")
 
 
+@pytest.mark.mpi
 def test_runner_launches_with_the_xml_loaded_and_parses_the_table(stand_in, tmp_path):
     df = get_runner("nccl-tests").measure(str(XML), [4096, 8192, 16384], binary=str(stand_in.parent),
                                           launcher=f"{_mpiexec()} -n 2", iters=7, warmup=3, timeout=60,
@@ -198,6 +199,7 @@ def test_runner_launches_with_the_xml_loaded_and_parses_the_table(stand_in, tmp_
     assert (df["algbw"] - (df["size"] / df["time_us"] / 1e3)).abs().max() < 0.01
 
 
+@pytest.mark.mpi
 def test_wrong_elements_fail_the_measurement(stand_in, monkeypatch):
     monkeypatch.setenv("STAND_IN_WRONG", "5")
     df = get_runner("nccl-tests").measure(str(XML), [4096], binary=str(stand_in), launcher=[_mpiexec(), "-n", "2"],
@@ -205,6 +207,7 @@ def test_wrong_elements_fail_the_measurement(stand_in, monkeypatch):
     assert (df["wrong"] == 5).all() and df["busbw"].isna().all()
 
 
+@pytest.mark.mpi
 def test_a_binary_that_prints_no_table_is_an_error(tmp_path):
     exe = tmp_path / "all_gather_perf"
     exe.write_text("#!/bin/sh\necho 'NCCL WARN no GPU found' >&2\nexit 3\n")
@@ -219,6 +222,7 @@ def test_missing_binary_is_bad_input(tmp_path):
         get_runner("nccl-tests").measure(str(XML), [4096], binary=str(tmp_path), launcher="mpirun")
 
 
+@pytest.mark.mpi
 def test_an_algorithm_is_lowered_to_xml_first(stand_in, tmp_path):
     from autotaccl.model.algorithm import Algorithm, Transfer
     from autotaccl.model.collectives import Collective
@@ -233,6 +237,7 @@ def test_an_algorithm_is_lowered_to_xml_first(stand_in, tmp_path):
     assert len(df) == 2 and (df["wrong"] == 0).all()
 
 
+@pytest.mark.mpi
 def test_bench_cli_builds_the_launcher_from_np(stand_in, tmp_path, capsys):
     code = main(["bench", str(XML), "--runner", "nccl-tests", "--binary", str(stand_in), "--np", "2",
                  "--sizes", "4K:16K", "--timeout", "60", "--workdir", str(tmp_path / "work"), "--json"])

@@ -18,7 +18,7 @@ from autotaccl.synth.ordering import NAMES, default_heuristic, order
 from autotaccl.synth.routing import RoutingOptions, chunk_edges, route, symmetry_permutations
 from autotaccl.synth.scheduling import ScheduleOptions, schedule
 
-from conftest import SHARED
+from support import SHARED
 
 SKETCHES = SHARED / "data" / "taccl-examples" / "sketch"
 HIGHS = SolverOptions(solver="highs", time_limit=30, threads=1)

@@ -20,6 +20,8 @@ from runners.mpi import measure_many
 from runners.program import compile_rank
 from runners.progress import read_heartbeats
 
+pytestmark = pytest.mark.mpi
+
 R = 4
 
 

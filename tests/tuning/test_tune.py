@@ -12,32 +12,9 @@ from optuna.trial import TrialState
 
 from autotaccl.cli import main
 from autotaccl.tuning.sweep import TuneRequest, tune
-from test_tuning_store import fresh_store
+from support import NDV2_SPACE, fresh_store, runs, write_space
 
 SIZES = [1024, 65536, 4194304]
-SPACE = {
-    "target": {"hardware": "ndv2", "nodes": 2, "collective": "allgather"},
-    "sizes": "1K,64K,4M",
-    "fixed": {"engine": "greedy"},
-    "parameters": {
-        "internode_conn": {"type": "categorical", "choices": ["relay", "direct-map"]},
-        "relay_map": {"type": "categorical", "choices": ["0:1", "1:0"], "when": {"internode_conn": "relay"}},
-        "chunkup": {"type": "int", "low": 1, "high": 2},
-        "protocol": {"type": "categorical", "choices": ["Simple", "LL"]},
-    },
-    "seeds": [{"internode_conn": "relay", "relay_map": "0:1", "chunkup": 1, "protocol": "Simple"}],
-}
-
-
-def write_space(tmp_path: Path, data=SPACE) -> Path:
-    path = tmp_path / "space.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
-def runs(out: Path, name: str = "ndv2x2-allgather"):
-    mlflow.set_tracking_uri(f"sqlite:///{out / 'mlflow.db'}")
-    return mlflow.search_runs(experiment_names=[name])
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +104,7 @@ def test_resume_with_two_workers_does_not_repeat_finished_trials(sweep, capsys):
 
 
 def test_repeated_configuration_hits_the_synthesis_cache(tmp_path):
-    data = dict(SPACE, parameters={"protocol": {"type": "categorical", "choices": ["Simple", "LL", "LL128"]}},
+    data = dict(NDV2_SPACE, parameters={"protocol": {"type": "categorical", "choices": ["Simple", "LL", "LL128"]}},
                 fixed={"engine": "greedy", "internode_conn": "relay", "relay_map": "1:0"}, seeds=[])
     out = tmp_path / "runs"
     fresh_store(out)
@@ -146,7 +123,7 @@ def test_repeated_configuration_hits_the_synthesis_cache(tmp_path):
 
 
 def test_bad_space_is_one_line_and_exit_2(tmp_path, capsys):
-    data = dict(SPACE, parameters={"chunkup": {"type": "int", "low": 3, "high": 1}})
+    data = dict(NDV2_SPACE, parameters={"chunkup": {"type": "int", "low": 3, "high": 1}})
     path = write_space(tmp_path, data)
     assert main(["tune", "--space", str(path), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()

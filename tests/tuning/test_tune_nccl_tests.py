@@ -20,9 +20,7 @@ import yaml
 from optuna.trial import TrialState
 
 from autotaccl.cli import main
-from test_tune import runs, write_space
-from test_tune_fidelity import HARDWARE
-from test_tuning_store import fresh_store
+from support import PAIR_HARDWARE, fresh_store, runs, write_space
 
 STAND_IN = """#!{python}
 # Test double: stands in for a cluster's nccl-tests binary all_gather_perf (no GPU here).
@@ -83,7 +81,7 @@ SIZES = [1024, 65536]
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("nccl-sweep")
-    (tmp / "pair.yaml").write_text(yaml.safe_dump(HARDWARE))
+    (tmp / "pair.yaml").write_text(yaml.safe_dump(PAIR_HARDWARE))
     space = write_space(tmp, SPACE)
     exe = tmp / "bin" / "all_gather_perf"
     exe.parent.mkdir()
@@ -100,6 +98,7 @@ def sweep(tmp_path_factory):
     return tmp, out, calls, {t.params["protocol"]: t for t in trials}
 
 
+@pytest.mark.mpi
 def test_trials_are_measured_by_nccl_tests_with_their_own_xml(sweep):
     tmp, out, calls, trials = sweep
     assert sorted(trials) == ["LL", "LL128", "Simple"]
@@ -125,6 +124,7 @@ def test_trials_are_measured_by_nccl_tests_with_their_own_xml(sweep):
     assert len(base) >= 1 and (base["params.runner"] == "nccl-tests").all()
 
 
+@pytest.mark.mpi
 def test_wrong_elements_fail_the_trial_with_a_reason(sweep):
     _, out, calls, trials = sweep
     bad = trials["LL128"]
@@ -139,7 +139,7 @@ def test_wrong_elements_fail_the_trial_with_a_reason(sweep):
 
 
 def test_nccl_tests_without_ranks_or_launcher_is_one_line_and_exit_2(tmp_path, capsys):
-    (tmp_path / "pair.yaml").write_text(yaml.safe_dump(HARDWARE))
+    (tmp_path / "pair.yaml").write_text(yaml.safe_dump(PAIR_HARDWARE))
     space = write_space(tmp_path, SPACE)
     assert main(["tune", "--space", str(space), "--out", str(tmp_path / "o"), "--runner", "nccl-tests",
                  "--binary", str(tmp_path)]) == 2

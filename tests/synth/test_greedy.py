@@ -15,8 +15,8 @@ from autotaccl.simulate import simulate
 from autotaccl.sketch import default_sketch, load_sketch, logical_topology, sketch_from_dict
 from autotaccl.synth import SynthOptions, check_routes, synthesize
 from autotaccl.synth.greedy import STRATEGIES, NotApplicable, assign_steps, greedy_schedule
+from support import SKETCHES
 
-SKETCHES = Path(__file__).resolve().parents[2] / "shared" / "data" / "taccl-examples" / "sketch"
 COLLECTIVES = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast")
 GRAPHS = {}
 

@@ -9,8 +9,8 @@ from autotaccl.errors import InputError
 from autotaccl.formats.msccl import LoweringOptions, lower, check_xml
 from autotaccl.formats.msccl.check.importer import import_xml
 from autotaccl.model.algorithm import verify
+from support import MSCCL_XML
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "data" / "msccl-xml"
 
 EXPECTED = {  # file -> (collective, ranks, chunk-up)
     "a2a_allpairs4.xml": ("alltoall", 4, 1), "a2a_two_step_2x4.xml": ("alltoall", 8, 1),
@@ -23,7 +23,7 @@ EXPECTED = {  # file -> (collective, ranks, chunk-up)
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_corpus_imports_verifies_and_lowers_again(name):
-    a = import_xml(CORPUS / name, seeds=1)
+    a = import_xml(MSCCL_XML / name, seeds=1)
     verify(a)
     c = a.collective
     assert (c.name, c.ranks, c.chunkup) == EXPECTED[name]
@@ -33,20 +33,20 @@ def test_corpus_imports_verifies_and_lowers_again(name):
 
 
 def test_ring_allgather_is_three_forwarding_steps():
-    a = import_xml(CORPUS / "ag_ring4.xml", seeds=1)
+    a = import_xml(MSCCL_XML / "ag_ring4.xml", seeds=1)
     assert len(a.transfers) == 12 and a.num_steps == 3
     assert all(t.dst == (t.src + 1) % 4 and t.op == "copy" for t in a.transfers)
 
 
 def test_ring_allreduce_reduces_then_copies():
-    a = import_xml(CORPUS / "ar_ring4.xml", seeds=1)
+    a = import_xml(MSCCL_XML / "ar_ring4.xml", seeds=1)
     ops = [t.op for t in a.transfers]
     assert ops.count("reduce") == 12 and ops.count("copy") == 12
     assert ops.index("copy") > max(i for i, op in enumerate(ops) if op == "reduce") - 4
 
 
 def test_two_step_alltoall_relays_become_multi_hop_transfers():
-    a = import_xml(CORPUS / "a2a_two_step_2x4.xml", seeds=1)
+    a = import_xml(MSCCL_XML / "a2a_two_step_2x4.xml", seeds=1)
     R = 8
     relayed = [t for t in a.transfers if any(c // R != t.src for c in t.chunks)]   # chunk c starts on c // R
     assert relayed, "the cross-node sends forward chunks gathered from other GPUs"
@@ -57,12 +57,12 @@ def test_two_step_alltoall_relays_become_multi_hop_transfers():
 
 
 def test_import_rejects_what_the_ir_cannot_hold(tmp_path):
-    text = (CORPUS / "ag_ring4.xml").read_text().replace('coll="allgather"', 'coll="gather"')
+    text = (MSCCL_XML / "ag_ring4.xml").read_text().replace('coll="allgather"', 'coll="gather"')
     path = tmp_path / "gather.xml"
     path.write_text(text)
     with pytest.raises(InputError, match="coll"):
         import_xml(path)
-    broken = (CORPUS / "ar_ring4.xml").read_text().replace('inplace="1"', 'inplace="0"')
+    broken = (MSCCL_XML / "ar_ring4.xml").read_text().replace('inplace="1"', 'inplace="0"')
     path = tmp_path / "oop.xml"
     path.write_text(broken)          # valid only in-place, but now it claims out-of-place
     with pytest.raises(InputError, match="valid MSCCL algorithm"):
@@ -70,7 +70,7 @@ def test_import_rejects_what_the_ir_cannot_hold(tmp_path):
 
 
 def test_instances_import_as_a_finer_chunking(tmp_path):
-    a = import_xml(CORPUS / "ag_ring4.xml", seeds=1)
+    a = import_xml(MSCCL_XML / "ag_ring4.xml", seeds=1)
     path = tmp_path / "x3.xml"
     path.write_text(lower(a, LoweringOptions(instances=3)))
     b = import_xml(path, seeds=1)
@@ -114,7 +114,7 @@ def test_scratch_copies_summed_by_local_re_import_as_reduces(tmp_path):
 
 
 def test_values_the_ir_cannot_hold_are_refused(tmp_path):
-    from test_xml_check import allpairs3      # every rank sums every chunk from scratch copies
+    from support import allpairs3      # every rank sums every chunk from scratch copies
     path = tmp_path / "ap3all.xml"
     path.write_text(allpairs3(k=3))
     assert check_xml(path, seeds=2).valid      # a valid MSCCL program ...

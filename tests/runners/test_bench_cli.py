@@ -18,6 +18,8 @@ from runners import get_runner
 from runners.mpi import measure_many
 from runners.nccl_tests import parse
 
+pytestmark = pytest.mark.mpi
+
 FC4 = """name: fc4
 description: test profile, 4 GPUs with a link between every pair
 gpus_per_node: 4

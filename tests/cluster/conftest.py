@@ -2,7 +2,7 @@
 
 PostgreSQL: ``AUTOTACCL_TEST_POSTGRES`` (set by .ci/run), else ``bash .ci/postgres start`` is run here.
 MLflow: ``mlflow server`` on a free 127.0.0.1 port, one worker, no job runner, its SQLite store copied
-from the migrated template of test_tuning_store (a fresh store takes 8-12 s to migrate).
+from the migrated template of ``support.fresh_store`` (a fresh store takes 8-12 s to migrate).
 """
 from __future__ import annotations
 
@@ -11,19 +11,13 @@ import shlex
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
-import uuid
 from pathlib import Path
 
 import pytest
 
-from test_tune_fidelity import HARDWARE, SPACE as FIDELITY_SPACE
-from test_tuning_store import fresh_store
-
-REPO = Path(__file__).resolve().parents[1]
-VENV_BIN = Path(sys.executable).parent
+from support import REPO, VENV_BIN, fresh_store
 
 
 def postgres_url() -> str:
@@ -41,10 +35,6 @@ def postgres_url() -> str:
 @pytest.fixture(scope="session")
 def postgres() -> str:
     return postgres_url()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def free_port() -> int:
@@ -106,21 +96,3 @@ def own_mlflow_server(tmp_path):
     server.start()
     yield server
     server.stop()
-
-
-# the 2 x 2-GPU profile (4 real MPI ranks) and space of the fidelity test, plus a seed: 15 configurations
-SPACE = {**FIDELITY_SPACE, "seeds": [{"internode_conn": "relay", "relay_map": "0:1", "chunkup": 2}]}
-
-
-def write_space(folder: Path, space: dict = SPACE) -> Path:
-    import yaml
-
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "pair.yaml").write_text(yaml.safe_dump(HARDWARE))
-    path = folder / "space.yaml"
-    path.write_text(yaml.safe_dump(space, sort_keys=False))
-    return path
-
-
-def tune_cmd(*args: str) -> list[str]:
-    return [str(VENV_BIN / "autotaccl"), "tune", "--no-progress", *args]

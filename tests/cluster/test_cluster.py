@@ -7,15 +7,18 @@ from pathlib import Path
 
 import mlflow
 import optuna
+import pytest
 from optuna.trial import TrialState
 
 from autotaccl.cluster.heartbeat import open_storage
 from autotaccl.tuning.sweep import counted
-from cluster_fixtures import mlflow_server, own_mlflow_server, postgres, tune_cmd, unique, write_space  # noqa: F401 (fixtures)
+from support import CLUSTER_SPACE, REPO, tune_cmd, unique, write_space
+
+pytestmark = pytest.mark.mpi
 
 
 def test_tune_processes_on_postgres_run_exactly_the_requested_trials_once(tmp_path, postgres, mlflow_server):
-    space = write_space(tmp_path)
+    space = write_space(tmp_path, CLUSTER_SPACE)
     study = unique("pg-exact")
     procs = [subprocess.Popen(tune_cmd("--space", str(space), "--storage", postgres, "--study", study,
                                        "--tracking-uri", mlflow_server.uri, "--trials", "7", "--sampler", "random",
@@ -53,7 +56,7 @@ def test_killed_worker_is_reaped_retried_and_measurements_never_overlap(tmp_path
     import signal
     import time
 
-    space = write_space(tmp_path)
+    space = write_space(tmp_path, CLUSTER_SPACE)
     shared = tmp_path / "shared"
     journal, study = shared / "study.journal", "killed"
     args = ["--space", str(space), "--storage", str(journal), "--study", study, "--tracking-uri", mlflow_server.uri,
@@ -161,7 +164,7 @@ def test_an_unreachable_mlflow_server_is_recorded_locally_and_replayed(tmp_path,
     mlflow_server = own_mlflow_server
     from autotaccl.tracking import outbox
 
-    space = write_space(tmp_path)
+    space = write_space(tmp_path, CLUSTER_SPACE)
     journal, out = tmp_path / "study.journal", tmp_path / "out"
     proc = subprocess.Popen(tune_cmd("--space", str(space), "--storage", str(journal), "--study", "outage",
                                      "--tracking-uri", mlflow_server.uri, "--trials", "30", "--sampler", "random",
@@ -208,7 +211,7 @@ def test_failures_become_trial_states_with_reasons_and_the_sweep_goes_on(tmp_pat
     import sys
     import time
 
-    space = write_space(tmp_path)
+    space = write_space(tmp_path, CLUSTER_SPACE)
     out, journal = tmp_path / "out", tmp_path / "study.journal"
     common = ["--space", str(space), "--storage", str(journal), "--tracking-uri", mlflow_server.uri,
               "--sampler", "random", "--seed", "3", "--out", str(out), "--heartbeat", "1"]
@@ -258,7 +261,7 @@ def test_failures_become_trial_states_with_reasons_and_the_sweep_goes_on(tmp_pat
 
 
 def test_resume_without_a_study_is_one_line_of_bad_input(tmp_path):
-    space = write_space(tmp_path)
+    space = write_space(tmp_path, CLUSTER_SPACE)
     run = subprocess.run(tune_cmd("--space", str(space), "--storage", str(tmp_path / "none.journal"), "--resume",
                                   "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}", "--out", str(tmp_path / "o")),
                          capture_output=True, text=True, timeout=120)
@@ -279,7 +282,7 @@ def test_a_worker_killed_between_two_suggests_leaves_a_complete_trial_for_brutef
     from autotaccl.tuning.sweep import make_sampler
 
     monkeypatch.setenv(ENV_INTERVAL, "1")
-    space = load_space(str(write_space(tmp_path)))
+    space = load_space(str(write_space(tmp_path, CLUSTER_SPACE)))
     spec = str(tmp_path / "bf.journal")
     study = optuna.create_study(study_name="bf", storage=open_storage(spec), sampler=make_sampler("bruteforce", 0))
     half = study.ask()
@@ -311,7 +314,7 @@ def test_ranks_die_with_a_sigkilled_worker(tmp_path):
     worker = ("import sys; from pathlib import Path; from runners.launch import run; "
               f"run([str(Path(sys.executable).parent / 'mpiexec'), '-n', '2', sys.executable, '-c', "
               f"'import time; time.sleep(120)  # {token}'], Path(sys.argv[1]), timeout=120)")
-    parent = subprocess.Popen([sys.executable, "-c", worker, str(tmp_path)], cwd=Path(__file__).parents[1])
+    parent = subprocess.Popen([sys.executable, "-c", worker, str(tmp_path)], cwd=REPO)
 
     def ranks() -> list[int]:
         found = []

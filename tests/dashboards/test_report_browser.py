@@ -18,7 +18,9 @@ import yaml
 
 from autotaccl.cli import main
 from autotaccl.tuning.sweep import TuneRequest, tune
-from test_tuning_store import fresh_store
+from support import fresh_store
+
+pytestmark = pytest.mark.browser
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SPACE = {

@@ -1,0 +1,138 @@
+"""Data and helpers that several test modules share; fixtures live in the conftest.py files.
+
+(pytest's ``pythonpath`` puts this folder on ``sys.path``; no test module imports another.)
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+import mlflow
+import yaml
+from mlflow.tracking import MlflowClient
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"          # /work/shared, or ../shared beside a CI checkout
+TACCL_EXAMPLES = SHARED / "data" / "taccl-examples"
+SKETCHES = TACCL_EXAMPLES / "sketch"
+TACCL_TOPO = TACCL_EXAMPLES / "topo"
+MSCCL_XML = SHARED / "data" / "msccl-xml"
+VENV_BIN = Path(sys.executable).parent
+
+# --------------------------------------------------------------------------- MLflow stores
+
+# A migrated, empty MLflow SQLite store, created once per machine and copied: creating a fresh store runs
+# MLflow's alembic migrations (8-12 s here, ecosystem.md §2.1); the tuning tests need one real store each,
+# so they copy this one (made by MLflow itself) into their run directory, where `autotaccl tune` finds it.
+TEMPLATE = Path(tempfile.gettempdir()) / f"autotaccl-test-mlflow-{mlflow.__version__}.db"
+
+
+def fresh_store(out: Path) -> str:
+    """Put an empty, migrated store at ``out/mlflow.db``; returns its tracking URI."""
+    out.mkdir(parents=True, exist_ok=True)
+    if not TEMPLATE.exists():
+        with open(TEMPLATE.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not TEMPLATE.exists():
+                tmp = TEMPLATE.with_name(f"{TEMPLATE.name}.{os.getpid()}.tmp")
+                MlflowClient(tracking_uri=f"sqlite:///{tmp}").search_experiments(max_results=1)
+                tmp.replace(TEMPLATE)
+    shutil.copyfile(TEMPLATE, out / "mlflow.db")
+    return f"sqlite:///{out / 'mlflow.db'}"
+
+
+def runs(out: Path, name: str = "ndv2x2-allgather"):
+    """The MLflow runs of experiment ``name`` in ``out``'s default store."""
+    mlflow.set_tracking_uri(f"sqlite:///{out / 'mlflow.db'}")
+    return mlflow.search_runs(experiment_names=[name])
+
+
+# --------------------------------------------------------------------------- search spaces
+
+# ndv2 x 2 AllGather on the simulator: 9 configurations, one seed
+NDV2_SPACE = {
+    "target": {"hardware": "ndv2", "nodes": 2, "collective": "allgather"},
+    "sizes": "1K,64K,4M",
+    "fixed": {"engine": "greedy"},
+    "parameters": {
+        "internode_conn": {"type": "categorical", "choices": ["relay", "direct-map"]},
+        "relay_map": {"type": "categorical", "choices": ["0:1", "1:0"], "when": {"internode_conn": "relay"}},
+        "chunkup": {"type": "int", "low": 1, "high": 2},
+        "protocol": {"type": "categorical", "choices": ["Simple", "LL"]},
+    },
+    "seeds": [{"internode_conn": "relay", "relay_map": "0:1", "chunkup": 1, "protocol": "Simple"}],
+}
+
+
+def write_space(folder: Path, data: dict = NDV2_SPACE) -> Path:
+    """``data`` as ``folder/space.yaml`` (a space naming ``pair.yaml`` gets that profile beside it)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if data["target"]["hardware"] == "pair.yaml":
+        (folder / "pair.yaml").write_text(yaml.safe_dump(PAIR_HARDWARE))
+    path = folder / "space.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+# A 2 x 2-GPU profile keeps the mpi runner at 4 real ranks (mpiexec from the venv's MPICH wheel).
+PAIR_HARDWARE = {
+    "name": "pair", "gpus_per_node": 2,
+    "link_classes": {"nvlink": {"alpha_us": 0.7, "bandwidth_GBps": 25.0}, "pcie": {"alpha_us": 0.5, "bandwidth_GBps": 16.0},
+                     "ib": {"alpha_us": 2.6, "bandwidth_GBps": 12.5}},
+    "links": {"class": "nvlink", "pairs": [[0, 1, 1]]},
+    "nics": [{"class": "ib", "via": "pcie", "gpus": [0, 1]}],
+}
+PAIR_SPACE = {   # 2 nodes x 2 GPUs = 4 real MPI ranks
+    "target": {"hardware": "pair.yaml", "nodes": 2, "collective": "allgather"},
+    "sizes": "1K,64K",
+    "fixed": {"engine": "greedy"},
+    "parameters": {"internode_conn": {"type": "categorical", "choices": ["relay", "direct-map", "fully-connected"]},
+                   "relay_map": {"type": "categorical", "choices": ["0:0", "0:1", "1:1"],
+                                 "when": {"internode_conn": "relay"}},
+                   "chunkup": {"type": "int", "low": 1, "high": 3}},
+}
+# the pair space plus a seed: 15 configurations (the cluster tests)
+CLUSTER_SPACE = {**PAIR_SPACE, "seeds": [{"internode_conn": "relay", "relay_map": "0:1", "chunkup": 2}]}
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def tune_cmd(*args: str) -> list[str]:
+    return [str(VENV_BIN / "autotaccl"), "tune", "--no-progress", *args]
+
+
+# --------------------------------------------------------------------------- MSCCL XML
+
+def allpairs3(with_nop: bool = True, k: int = 1) -> str:
+    """3-rank AllReduce of k chunks: every rank sends its input to both peers' scratch, then one fused
+    ``re`` chain adds both scratch copies into the output; the nop carries the chain's second dependency."""
+    lines = [f'<algo name="ap3" proto="LL" nchannels="1" nchunksperloop="{k}" ngpus="3" coll="allreduce" '
+             'inplace="0" outofplace="1" minBytes="0" maxBytes="0">']
+
+    def step(s, kind, sb, so, db, do, depid=-1, deps=-1, hasdep=0):
+        cnt = 0 if kind == "nop" else k
+        return (f'      <step s="{s}" type="{kind}" srcbuf="{sb}" srcoff="{so}" dstbuf="{db}" dstoff="{do}" '
+                f'cnt="{cnt}" depid="{depid}" deps="{deps}" hasdep="{hasdep}"/>')
+
+    for r in range(3):
+        a, b = (r + 1) % 3, (r + 2) % 3
+        local = [step(0, "cpy", "i", 0, "o", 0)]
+        if with_nop:
+            local.append(step(1, "nop", "i", -1, "o", -1, 3, 0))
+        local += [step(len(local), "re", "s", 0, "o", 0, 2, 0), step(len(local) + 1, "re", "s", k, "o", 0)]
+        lines += [f'  <gpu id="{r}" i_chunks="{k}" o_chunks="{k}" s_chunks="{2 * k}">',
+                  f'    <tb id="0" send="{a}" recv="-1" chan="0">', step(0, "s", "i", 0, "s", 0), "    </tb>",
+                  f'    <tb id="1" send="{b}" recv="-1" chan="0">', step(0, "s", "i", 0, "s", k), "    </tb>",
+                  f'    <tb id="2" send="-1" recv="{a}" chan="0">', step(0, "r", "i", 0, "s", k, hasdep=1),
+                  "    </tb>",
+                  f'    <tb id="3" send="-1" recv="{b}" chan="0">', step(0, "r", "i", 0, "s", 0, hasdep=1),
+                  "    </tb>",
+                  '    <tb id="4" send="-1" recv="-1" chan="0">', *local, "    </tb>", "  </gpu>"]
+    return "\n".join(lines + ["</algo>"]) + "\n"
