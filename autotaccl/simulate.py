@@ -34,7 +34,8 @@ from typing import Iterable
 
 import networkx as nx
 
-from .model.algorithm import Algorithm, Transfer
+from .model.algorithm import Algorithm
+from .model.dependencies import transfer_dependencies
 
 ROUND_BYTES = 1 << 20
 MAX_ROUNDS = 64
@@ -85,30 +86,8 @@ def simulate_sizes(algorithm: Algorithm, graph: nx.DiGraph, sizes: Iterable[int]
 # --------------------------------------------------------------------------- preparation
 
 
-@lru_cache(maxsize=64)
-def _dependencies(transfers: tuple[Transfer, ...]) -> tuple[tuple[int, ...], ...]:
-    """For every transfer, the earlier transfers it must wait for (RAW, WAR, WAW on (rank, chunk))."""
-    last_write: dict[tuple[int, int], int] = {}
-    reads: dict[tuple[int, int], list[int]] = {}
-    out = []
-    for i, t in enumerate(transfers):
-        deps: set[int] = set()
-        for c in t.chunks:
-            src, dst = (t.src, c), (t.dst, c)
-            for value in ((src, dst) if t.op == "reduce" else (src,)):
-                if value in last_write:
-                    deps.add(last_write[value])
-            if dst in last_write:
-                deps.add(last_write[dst])
-            deps.update(reads.pop(dst, ()))
-        for c in t.chunks:
-            reads.setdefault((t.src, c), []).append(i)
-            if t.op == "reduce":
-                reads.setdefault((t.dst, c), []).append(i)
-            last_write[(t.dst, c)] = i
-        deps.discard(i)
-        out.append(tuple(sorted(deps)))
-    return tuple(out)
+# the dependencies of one transfer list, shared by simulate() calls on the same algorithm at several sizes
+_dependencies = lru_cache(maxsize=64)(transfer_dependencies)
 
 
 def _plan(algorithm: Algorithm, graph: nx.DiGraph) -> _Plan:

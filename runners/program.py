@@ -2,15 +2,17 @@
 
 Memory is a set of chunk-sized *slots* ``(buffer, index)`` in the buffers ``in`` (the user's send
 buffer), ``out`` (the receive buffer) and ``scratch``. Out-of-place, ``in`` is never written. In-place
-there is no ``in``: the input lives inside ``out`` with nccl-tests' aliasing (§1.6 of the XML spec):
-AllGather's input is its own block of the output, ReduceScatter's output is its own block of the input,
-and the others share one buffer.
+there is no ``in``: the input lives inside ``out`` with nccl-tests' aliasing
+(:func:`autotaccl.model.buffers.inplace_layout`).
 
 A received chunk goes to its output slot when it has one there and no other live value sits in it,
-else to a scratch slot; values not in their output slot at the end are copied there. Every operation
-waits for the earlier operations of this rank that touch the same slots (read-after-write,
-write-after-read, write-after-write), so the list order of the IR is honoured while independent
-transfers overlap.
+else to a scratch slot; values not in their output slot at the end are copied there. (The XML
+lowering, ``formats/msccl/lower/buffers.py``, places values differently on purpose: an XML step
+moves runs of contiguous chunks, so it plans scratch for contiguity, and it moves a live value out
+of the way instead of redirecting the receive. Here one operation moves one transfer and nothing
+needs to be contiguous.) Every operation waits for the earlier operations of this rank that touch
+the same slots (:func:`autotaccl.model.dependencies.conflicts`), so the list order of the IR is
+honoured while independent transfers overlap.
 """
 from __future__ import annotations
 
@@ -19,7 +21,9 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from autotaccl.model.algorithm import Algorithm
+from autotaccl.model.buffers import inplace_layout
 from autotaccl.model.collectives import Collective
+from autotaccl.model.dependencies import conflicts
 
 Slot = tuple[str, int]
 
@@ -65,22 +69,13 @@ class RankProgram:
         return tuple(tuple(x) for x in out)
 
 
-def alias_offsets(collective: Collective, rank: int) -> tuple[int, int]:
-    """In-place: where the input and the output start inside the one shared buffer (in chunks)."""
-    k = collective.chunkup
-    if collective.name == "allgather":
-        return rank * k, 0
-    if collective.name == "reducescatter":
-        return 0, rank * k
-    return 0, 0
-
-
 def placement(collective: Collective, rank: int, inplace: bool) -> tuple[dict[str, int], dict[int, Slot], dict[int, Slot]]:
     """Buffer sizes and the input/output slot of every chunk this rank starts or ends with."""
     chunks = range(collective.num_chunks)
     n_in, n_out = collective.input_chunks(rank), collective.output_chunks(rank)
     if inplace:
-        in_off, out_off = alias_offsets(collective, rank)
+        alias = inplace_layout(collective.name, collective.chunkup, rank)
+        in_off, out_off = alias.input_offset, alias.output_offset
         buffers = {"out": max(in_off + n_in, out_off + n_out)}
         ins = {c: ("out", in_off + i) for c in chunks if (i := collective.input_index(rank, c)) is not None}
         outs = {c: ("out", out_off + i) for c in chunks if (i := collective.output_index(rank, c)) is not None}
@@ -127,25 +122,8 @@ def compile_rank(algorithm: Algorithm, rank: int, inplace: bool = False) -> Rank
             slot = scratch_slot(c)
         return slot
 
-    ops: list[Op] = []
-    last_writer: dict[Slot, int] = {}
-    readers: dict[Slot, list[int]] = defaultdict(list)
-
-    def add(kind: str, i: int, peer: int, reads: tuple[Slot, ...], writes: tuple[Slot, ...], extra=()) -> None:
-        deps = set(extra)
-        deps.update(last_writer[s] for s in reads if s in last_writer)
-        for s in writes:
-            if s in last_writer:
-                deps.add(last_writer[s])
-            deps.update(readers[s])
-        index = len(ops)
-        t = transfers[i]
-        ops.append(Op(kind, i, peer, t.step, t.chunks, reads, writes, tuple(sorted(deps))))
-        for s in reads:
-            readers[s].append(index)
-        for s in writes:
-            last_writer[s] = index
-            readers[s] = []
+    # (kind, transfer, peer, reads, writes) in program order; their dependencies follow from the slots
+    planned: list[tuple[str, int, int, tuple[Slot, ...], tuple[Slot, ...]]] = []
 
     def move(c: int, slot: Slot) -> None:
         old = current.get(c)
@@ -156,16 +134,22 @@ def compile_rank(algorithm: Algorithm, rank: int, inplace: bool = False) -> Rank
 
     for i, t in enumerate(transfers):
         if t.src == rank:
-            add("send", i, t.dst, tuple(where(c) for c in t.chunks), ())
+            planned.append(("send", i, t.dst, tuple(where(c) for c in t.chunks), ()))
         elif t.dst == rank:
             writes = tuple(target(c, i) for c in t.chunks)
             if t.op == "reduce":
-                add("recv", i, t.src, (), ())
-                add("reduce", i, t.src, tuple(where(c) for c in t.chunks), writes, extra=(len(ops) - 1,))
+                planned.append(("recv", i, t.src, (), ()))
+                planned.append(("reduce", i, t.src, tuple(where(c) for c in t.chunks), writes))
             else:
-                add("recv", i, t.src, (), writes)
+                planned.append(("recv", i, t.src, (), writes))
             for c, slot in zip(t.chunks, writes):
                 move(c, slot)
+
+    ops = []
+    for k, ((kind, i, peer, reads, writes), deps) in enumerate(zip(planned, conflicts((r, w) for *_, r, w in planned))):
+        if kind == "reduce":         # a reduce combines the message its receive (just before it) got
+            deps = tuple(sorted({*deps, k - 1}))
+        ops.append(Op(kind, i, peer, transfers[i].step, transfers[i].chunks, reads, writes, deps))
 
     copies = tuple((current[c], slot) for c, slot in sorted(outputs.items())
                    if c in current and current[c] != slot)

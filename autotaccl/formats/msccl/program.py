@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from ...model.buffers import inplace_layout
+
 RUNTIMES = ("msccl-executor", "msccl")
 PROTOCOLS = ("Simple", "LL", "LL128")
 BUFFERS = ("i", "o", "s")
@@ -63,16 +65,19 @@ LEGACY_NO_LIMIT = 1 << 30
 
 
 def inplace_cell(coll: str, per_rank: int, rank: int, buf: str, off: int) -> tuple[str, int]:
-    """The buffer location ``buf[off]`` of ``rank`` is in an in-place call (§1.6): ``i`` and ``o`` alias.
+    """The memory cell ``buf[off]`` of ``rank`` names in an in-place call (§1.6): ``i`` and ``o`` alias
+    as :func:`autotaccl.model.buffers.inplace_layout` says, and a cell is named after the buffer that holds both.
 
     ``per_rank`` = nchunksperloop / ngpus. AllGather: i[j] = o[rank*per_rank+j]; ReduceScatter:
     o[j] = i[rank*per_rank+j]; every other collective: o[k] = i[k].
     """
-    if coll == "allgather":
-        return ("o", rank * per_rank + off) if buf == "i" else (buf, off)
-    if coll == "reducescatter":
-        return ("i", rank * per_rank + off) if buf == "o" else (buf, off)
-    return ("i", off) if buf == "o" else (buf, off)
+    if buf not in ("i", "o"):
+        return buf, off
+    alias = inplace_layout(coll, per_rank, rank)
+    return _XML_BUFFER[alias.holder], off + (alias.input_offset if buf == "i" else alias.output_offset)
+
+
+_XML_BUFFER = {"input": "i", "output": "o"}
 
 
 @dataclass(frozen=True)

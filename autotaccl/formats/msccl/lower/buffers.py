@@ -6,8 +6,11 @@ output the chunk, else a scratch slot (a relay, or a partial sum on the way). Sc
 so that chunks a rank later sends together are contiguous. Chunks a rank must output but never
 receives (its own AllGather block, its AllToAll self-chunk) are copied input -> output at the end.
 
-With in-place calls enabled, input and output alias (§1.6); a store that would overwrite another
-chunk's still-needed input value (AllToAll) first moves that value to scratch (an evacuation copy).
+With in-place calls enabled, input and output alias (§1.6, :func:`autotaccl.model.buffers.inplace_layout`);
+a store that would overwrite another chunk's still-needed input value (AllToAll) first moves that value
+to scratch (an evacuation copy), so every receive lands in its chunk's home and runs of chunks stay
+contiguous for multi-chunk steps. (The mpi runner, ``runners/program.py``, redirects such a receive to
+scratch instead: it moves one transfer per operation and needs no contiguity.)
 """
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """Steps: transfers become ``s``/``r``/``rcs``/``rrc``/``rrs``/``rrcs`` steps (contiguous chunks merged
 into one step with ``cnt`` > 1), local moves become ``cpy``; then cross-thread-block dependencies.
 
-Dependencies are computed on memory cells in program order (read after write, write after write,
-write after read), under the aliasing of every enabled buffer mode; a step waits only for the latest
-conflicting step of each other thread block, and not again for what an earlier step of its own
-thread block already waited for. The first dependency sits on the step, each extra one on a ``nop``
+Dependencies are the conflicts on memory cells in program order (:func:`autotaccl.model.dependencies.conflicts`)
+under the aliasing of every enabled buffer mode; a step waits only for the latest conflicting step of
+each other thread block, and not again for what an earlier step of its own thread block already
+waited for. The first dependency sits on the step, each extra one on a ``nop``
 just before it; every target gets ``hasdep=1`` (§1.7).
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ....model.algorithm import Algorithm
+from ....model.dependencies import conflicts
 from ..program import inplace_cell
 from .buffers import Layout, Loc
 from .threadblocks import Plan, TbKey
@@ -113,35 +114,24 @@ def add_dependencies(steps: list[StepRec], coll_name: str, per_rank: int, inplac
             out.append(("p", rank) + inplace_cell(coll_name, per_rank, rank, *loc))
         return out
 
-    last_writer: dict[tuple, StepRec] = {}
-    readers: dict[tuple, list[StepRec]] = defaultdict(list)
-    waited: dict[TbKey, dict[TbKey, int]] = defaultdict(dict)
     per_tb_count: dict[TbKey, int] = defaultdict(int)
     for st in steps:
         st.index = per_tb_count[st.tb]
         per_tb_count[st.tb] += 1
+    accesses = []
     for st in steps:
         read_cells = [c for rank, loc in st.reads for c in cells(rank, loc)]
         write_cells = [c for rank, loc in st.writes for c in cells(rank, loc)]
         if st.type == "cpy":              # an in-place identity copy writes nothing
             write_cells = [c for c in write_cells if c not in set(read_cells)]
-        found: dict[TbKey, StepRec] = {}
-        for c in read_cells + write_cells:
-            w = last_writer.get(c)
-            if w is not None and w.tb != st.tb and (w.tb not in found or found[w.tb].index < w.index):
-                found[w.tb] = w
-        for c in write_cells:
-            for rd in readers.get(c, ()):
-                if rd.tb != st.tb and (rd.tb not in found or found[rd.tb].index < rd.index):
-                    found[rd.tb] = rd
+        accesses.append((read_cells, write_cells))
+    waited: dict[TbKey, dict[TbKey, int]] = defaultdict(dict)
+    for st, conflicting in zip(steps, conflicts(accesses)):
+        # per other thread block, its latest conflicting step (``conflicting`` is in program order)
+        found = {steps[j].tb: steps[j] for j in conflicting if steps[j].tb != st.tb}
         mine = waited[st.tb]
         for tb, target in sorted(found.items()):
             if mine.get(tb, -1) >= target.index:
                 continue
             mine[tb] = target.index
             st.deps.append(target)
-        for c in read_cells:
-            readers[c].append(st)
-        for c in write_cells:
-            last_writer[c] = st
-            readers[c] = []
