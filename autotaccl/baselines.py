@@ -98,19 +98,16 @@ def best_baseline(graph: nx.DiGraph, collective_name: str, size: int):
 
     Rings are tried with 1, 2 and one-per-GPU-of-a-node channels, as NCCL runs several rings at once.
     """
-    from .simulate import simulate
+    from .selection import Candidate, fastest
 
-    best = None
-    for algo in applicable_baselines(graph, collective_name):
-        for channels in _channel_options(graph, algo):
-            algorithm = baseline(graph, collective_name, algo, channels)
-            result = simulate(algorithm, graph, size)
-            if best is None or result.time_us < best[2].time_us:
-                best = (algo, algorithm, result)
+    candidates = (Candidate(baseline(graph, collective_name, algo, channels), algo)
+                  for algo in applicable_baselines(graph, collective_name)
+                  for channels in _channel_options(graph, algo))
+    best, _ = fastest(candidates, graph, size)
     if best is None:
         raise InputError("--collective", canonical_name(collective_name),
                          f"a collective some baseline can run on {graph.graph.get('name')}")
-    return best
+    return best.candidate.label, best.candidate.algorithm, best.result
 
 
 def _channel_options(graph: nx.DiGraph, algo: str) -> list[int]:

@@ -1,11 +1,11 @@
-"""ReduceScatter as the time-reversed AllGather, AllReduce as ReduceScatter then AllGather (taccl.md §7).
+"""The MILP engine's ReduceScatter and AllReduce (taccl.md §7): TACCL's stages on AllGathers, composed.
 
-An AllGather tree that carries chunk ``c`` from its owner to every rank, run backwards, is a
-reduction tree that gathers every rank's contribution to ``c`` into the owner: each copy ``u -> v``
-at time ``t`` becomes a reduce ``v -> u`` at ``makespan - t - duration``. To use the links the
-ReduceScatter really uses, the AllGather is synthesised on the *reversed* graph (edge ``v -> u`` there
-has the cost and resources of ``u -> v`` here). Branches of one chunk out of one rank are serialised
-(heuristic 12 and stage 3), because reversed they are reductions into the same buffer.
+The ReduceScatter is the AllGather synthesised on the *reversed* graph (edge ``v -> u`` there has the
+cost and resources of ``u -> v`` here) and run backwards (:mod:`.reductions`): each copy ``u -> v``
+at time ``t`` becomes a reduce ``v -> u`` at ``makespan - t - duration``, so it uses the links the
+ReduceScatter really uses. Branches of one chunk out of one rank are serialised (heuristic 12 and
+stage 3), because reversed they are reductions into the same buffer. The AllReduce is that
+ReduceScatter followed by an AllGather on the forward links.
 
 Unlike the reference, the composed AllReduce works on all ``R*k`` buffer slots (taccl.md §7.9).
 """
@@ -15,46 +15,24 @@ import logging
 from dataclasses import replace
 
 from ..milp.solution import SolverOptions, StageReport
-from ..model.algorithm import Algorithm, Transfer, renumber_steps, verify
+from ..model.algorithm import Algorithm, verify
 from ..model.collectives import Collective
-from ..sketch.logical import LogicalTopology, logical_topology
+from ..sketch.logical import LogicalTopology
 from .ordering import order
+from .reductions import allgather_view, reverse_gather, sequence
 from .routing import RoutingOptions, route
 from .scheduling import ScheduleOptions, Schedule, schedule
 
 log = logging.getLogger(__name__)
 
 
-def allgather_view(lt: LogicalTopology, reverse: bool, senders=None) -> LogicalTopology:
-    """The AllGather whose (reversed) schedule serves ``lt``'s reduction collective.
-
-    ``senders``: the AllGather's sender map (chunk -> ranks that may carry it off its node), if any.
-    ``reverse=True``: on the reversed graph with reversed links, for the ReduceScatter half. There a
-    chunk leaves its node through the ranks that *receive* from its senders' network links (reversed,
-    those links point out of the node); own-first ordering is a property of forward sends and is dropped.
-    """
-    coll = Collective("allgather", lt.collective.ranks, lt.collective.chunkup)
-    senders = dict(senders or {})
-    if not reverse:
-        return replace(lt, collective=coll, senders=senders)
-    gpn = lt.graph.graph["gpus_per_node"]
-    back = {}
-    for c, ranks in senders.items():
-        base = (c // coll.chunkup) // gpn * gpn
-        back[c] = frozenset(base + v % gpn for u, v in lt.edges if u in ranks and u // gpn != v // gpn)
-    return replace(lt, graph=lt.graph.reverse(copy=True), collective=coll,
-                   edges=frozenset((v, u) for u, v in lt.edges), senders=back, enforce_ordering=False)
-
-
 def reverse_allgather(lt_rev: LogicalTopology, allgather: Algorithm, collective: Collective) -> Algorithm:
     """ReduceScatter transfers (for ``collective``'s chunks) from an AllGather scheduled on ``lt_rev``."""
-    ends = [(t, (t.start_us or 0.0) + lt_rev.cost_us(t.src, t.dst, len(t.chunks))) for t in allgather.transfers]
-    makespan = max(e for _, e in ends)
-    out = [(makespan - e, Transfer(t.chunks, t.dst, t.src, 0, "reduce", t.link, max(0.0, makespan - e)))
-           for t, e in ends]
-    out.sort(key=lambda x: (round(x[0], 6), x[1].dst, x[1].src, x[1].chunks))
-    steps = {s: i for i, s in enumerate(sorted({round(s, 6) for s, _ in out}))}
-    transfers = tuple(replace(t, step=steps[round(s, 6)]) for s, t in out)
+    ends = [(t.start_us or 0.0) + lt_rev.cost_us(t.src, t.dst, len(t.chunks)) for t in allgather.transfers]
+    makespan = max(ends)
+    out = sorted(reverse_gather(allgather.transfers, ends), key=lambda t: (round(t.start_us, 6), t.dst, t.src, t.chunks))
+    steps = {s: i for i, s in enumerate(sorted({round(t.start_us, 6) for t in out}))}    # one step per start time
+    transfers = tuple(replace(t, step=steps[round(t.start_us, 6)]) for t in out)
     meta = {**dict(allgather.metadata), "makespan_us": round(makespan, 6), "combine": "reversed allgather"}
     return Algorithm(allgather.name.replace("allgather", collective.name), Collective(
         "reducescatter", collective.ranks, collective.chunkup), transfers, allgather.topology, meta)
@@ -63,14 +41,11 @@ def reverse_allgather(lt_rev: LogicalTopology, allgather: Algorithm, collective:
 def then(first: Algorithm, second: Algorithm, collective: Collective) -> Algorithm:
     """``first`` followed by ``second`` (times shifted by ``first``'s makespan), as one ``collective``."""
     shift = float(first.metadata.get("makespan_us", 0.0))
-    base = first.num_steps
-    moved = [replace(t, step=t.step + base, start_us=None if t.start_us is None else t.start_us + shift)
-             for t in second.transfers]
     meta = {"synthesizer": first.metadata.get("synthesizer", "autotaccl-milp"), "chunk_bytes":
             first.metadata.get("chunk_bytes"), "makespan_us": round(shift + float(second.metadata.get("makespan_us", 0.0)), 6),
             "combine": "reducescatter then allgather"}
     name = first.name.replace(first.collective.name, collective.name)
-    return Algorithm(name, collective, renumber_steps(tuple(first.transfers) + tuple(moved)), first.topology, meta)
+    return Algorithm(name, collective, sequence(first.transfers, second.transfers, shift), first.topology, meta)
 
 
 def _stages(lt: LogicalTopology, solver: SolverOptions, heuristic, prefix: str, contiguity: bool, window: int,
@@ -118,13 +93,13 @@ def combine_stage(lt: LogicalTopology, sketch, solver: SolverOptions,
                   size: int | None = None) -> tuple[Algorithm, dict[str, StageReport]]:
     """The pipeline's entry for reduction collectives: ``lt.collective`` is reducescatter or allreduce.
 
-    With a sketch, its sender map (which the reduction's logical topology leaves out) is taken from the
-    AllGather the sketch defines on the same graph and buffer size.
+    With a sketch, its sender map applies: ``lt.senders``, keyed as the AllGather's (chunk ``c`` is
+    gathered at and scattered from rank ``c // chunkup``); without one, chunks may leave through any rank.
     """
     heuristic = getattr(sketch, "ordering", "auto") if sketch is not None else "auto"
     contiguity = getattr(sketch, "contiguity", True) if sketch is not None else True
     window = getattr(sketch, "batch_window", 6) if sketch is not None else 6
-    senders = _allgather_senders(lt, sketch) if sketch is not None else {}
+    senders = dict(lt.senders) if sketch is not None else {}
     name = lt.collective.name
     if name == "reducescatter":
         algorithm, stages = reduce_scatter(lt, solver, heuristic, contiguity, window, senders, size)
@@ -135,10 +110,3 @@ def combine_stage(lt: LogicalTopology, sketch, solver: SolverOptions,
     algorithm = replace(algorithm, collective=lt.collective)
     verify(algorithm, lt.graph)
     return algorithm, stages
-
-
-def _allgather_senders(lt: LogicalTopology, sketch) -> dict:
-    coll = lt.collective
-    ag = logical_topology(lt.graph, Collective("allgather", coll.ranks), sketch,
-                          lt.chunk_bytes * coll.ranks * coll.chunkup)
-    return dict(ag.senders)

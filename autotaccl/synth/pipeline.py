@@ -166,18 +166,13 @@ def routing_of(algorithm: Algorithm) -> tuple[tuple[int, int, int], ...]:
 def _select(lt: LogicalTopology, size: int, milp: Algorithm, quick: Algorithm) -> tuple[Algorithm, StageReport]:
     """The faster of the MILP's and the greedy algorithm, simulated at ``size`` (greedy on exact ties:
     it has fewer steps more often than not, and is what the MILP was started from)."""
-    from ..simulate import simulate
+    from ..selection import Candidate, fastest
     from ..sizes import format_size
 
     began = time.perf_counter()
-    times = {}
-    for label, algorithm in (("milp", milp), ("greedy", quick)):
-        try:
-            times[label] = simulate(algorithm, lt.graph, size).time_us
-        except RuntimeError as err:     # a simulator fault must not sink synthesis: that candidate loses
-            log.warning("select: the simulator failed on the %s algorithm (%s)", label, err)
-            times[label] = float("inf")
-    winner = "milp" if times["milp"] < times["greedy"] * (1 - 1e-9) else "greedy"
+    best, timings = fastest([Candidate(quick, "greedy"), Candidate(milp, "milp")], lt.graph, size, margin=1e-9)
+    winner = "greedy" if best is None else best.candidate.label
+    times = {t.candidate.label: t.time_us for t in timings}
     message = (f"{winner} kept: milp {times['milp']:.2f} us, greedy {times['greedy']:.2f} us "
                f"at {format_size(size)}")
     log.info("select: %s", message)

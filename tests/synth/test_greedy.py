@@ -233,3 +233,44 @@ def test_greedy_is_never_slower_than_a_baseline_the_sketch_admits(sketch):
     best = greedy(lt, 1 << 10)
     verify(best, g)
     assert all(simulate(best, g, 1 << 10).time_us <= simulate(a, g, 1 << 10).time_us + 1e-9 for a in admitted)
+
+
+def test_time_steps_close_a_step_only_on_a_value_written_within_it():
+    from autotaccl.model.algorithm import Transfer
+    from autotaccl.synth.greedy import time_steps
+    ts = [Transfer((0,), 0, 1, 0, start_us=0.0),
+          Transfer((0,), 1, 2, 0, start_us=1.0),   # reads what the first wrote: a new step
+          Transfer((0,), 3, 1, 0, start_us=2.0),   # overwrites values written in the step before: stays
+          Transfer((1,), 2, 0, 0, start_us=3.0),   # independent: stays
+          Transfer((0,), 2, 3, 0, start_us=0.5)]   # planned second: sorted there; what it reads is overwritten
+    #                                                later, which does not close a step
+    assert [(t.src, t.dst, t.step) for t in time_steps(ts)] == [(0, 1, 0), (2, 3, 0), (1, 2, 1), (3, 1, 1),
+                                                                (2, 0, 1)]
+
+
+def test_a_strategy_plugs_into_the_registry(monkeypatch):
+    """A new strategy is a booking function listed in STRATEGIES: greedy_schedule and greedy() take it up."""
+    from autotaccl.synth.greedy import Strategy
+    from autotaccl.synth.greedy.select import candidates
+
+    def direct(planner):       # every owner sends its chunk straight to every other rank
+        coll = planner.lt.collective
+        for c in range(coll.num_chunks):
+            owner = c // coll.chunkup
+            for v in range(coll.ranks):
+                if v != owner:
+                    e = (owner, v)
+                    planner.book([c], e, planner.slot(e, 0.0, planner.alpha[e] + planner.beta[e]))
+
+    monkeypatch.setitem(STRATEGIES, "direct", Strategy(direct, routed=False))
+    g = topo("dgx2", 1)
+    lt = logical_topology(g, "allgather", default_sketch(g, "allgather"), 1 << 20)
+    algorithm = greedy_schedule(lt, strategy="direct")
+    verify(algorithm, g)
+    assert algorithm.num_steps == 1 and len(algorithm.transfers) == 16 * 15
+    labels = [c.label for c in candidates(lt)]
+    assert labels.count("greedy direct batching=True order=depth") == 1    # not routed: tried once
+    tried = list(dict.fromkeys(label.split()[1] for label in labels))
+    assert tried == ["earliest", "balanced", "bottleneck", "hierarchy", "doubling", "direct", "baseline"]
+    with pytest.raises(ValueError, match="unknown greedy strategy 'nope'"):
+        greedy_schedule(lt, strategy="nope")

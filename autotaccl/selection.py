@@ -1,0 +1,62 @@
+"""Simulate candidate algorithms at one buffer size and keep the fastest.
+
+How the greedy engine picks among its variants, the MILP engine between its schedule and the greedy
+one, and ``best_baseline`` among the baselines. Candidates are taken in order and a later one
+replaces the best so far only when it is faster by the caller's margin, so ties keep the earlier
+candidate. A simulator fault on one candidate must not sink the choice: it is logged and that
+candidate skipped.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Iterable
+
+import networkx as nx
+
+from .model.algorithm import Algorithm
+from .simulate import SimResult, simulate
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """``handicap``: compare its time as ``time * (1 + handicap)`` (keep the others unless it is that much faster)."""
+    algorithm: Algorithm
+    label: str
+    handicap: float = 0.0
+
+
+@dataclass(frozen=True)
+class Timed:
+    candidate: Candidate
+    result: SimResult | None        # None: the simulator failed on it
+
+    @property
+    def time_us(self) -> float:
+        return math.inf if self.result is None else self.result.time_us
+
+
+def fastest(candidates: Iterable[Candidate], graph: nx.DiGraph, size: int, *, margin: float = 0.0,
+            margin_us: float = 0.0) -> tuple[Timed | None, list[Timed]]:
+    """The fastest candidate at ``size`` bytes (None if the simulator timed none) and every timing, in order.
+
+    A candidate replaces the best so far when its handicapped time is below ``best * (1 - margin) - margin_us``.
+    """
+    best: tuple[float, Timed] | None = None
+    timings = []
+    for candidate in candidates:
+        try:
+            timed = Timed(candidate, simulate(candidate.algorithm, graph, size))
+        except RuntimeError as err:
+            log.warning("the simulator failed on %s (%s); candidate skipped", candidate.label, err)
+            timings.append(Timed(candidate, None))
+            continue
+        timings.append(timed)
+        log.debug("%s: %.3f us", candidate.label, timed.time_us)
+        score = timed.time_us * (1 + candidate.handicap)
+        if best is None or score < best[0] * (1 - margin) - margin_us:
+            best = (score, timed)
+    return (None if best is None else best[1]), timings

@@ -1,0 +1,91 @@
+"""The greedy engine's choice: every applicable variant and admitted baseline, simulated at the target size."""
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Iterator
+
+from ...model.algorithm import Algorithm, verify
+from ...selection import Candidate, fastest
+from ...sketch.logical import LogicalTopology
+from .schedule import greedy_schedule, time_steps
+from .strategies import STRATEGIES
+from .strategy import BIG, NotApplicable
+from .timeline import EPS
+
+log = logging.getLogger(__name__)
+
+START_ORDER_HANDICAP = 0.02   # prefer the dependency-depth order (far fewer steps) unless start order is 2% faster
+
+
+def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | None = None) -> Algorithm:
+    """The best of the greedy variants at ``size`` bytes, judged by the simulator (verified).
+
+    ``batching`` (the sketch's contiguity) lets a routed transfer carry several chunks, at most ``window``
+    (default: no cap; a cap of 6, TACCL's window, costs up to 4x at 1 KiB on AllToAll). The blocks of the
+    structured strategies are never capped. Every strategy is tried (with and without batching, when it
+    routes), each schedule in two list orders, then every baseline the sketch admits, so the engine never
+    returns something slower than one of them.
+    """
+    best, _ = fastest(candidates(lt, batching, window), lt.graph, size, margin_us=EPS)
+    if best is None:
+        raise RuntimeError("the simulator could evaluate no greedy variant")
+    verify(best.candidate.algorithm, lt.graph)
+    return best.candidate.algorithm
+
+
+def candidates(lt: LogicalTopology, batching: bool = True, window: int | None = None) -> Iterator[Candidate]:
+    """What :func:`greedy` chooses from, in order (on equal times the earlier one wins)."""
+    big = lt.collective.num_chunks * len(lt.edges) > BIG
+    for name, strategy in STRATEGIES.items():
+        if big and strategy.small_only:
+            continue
+        for batch in (True, False) if batching and strategy.routed and not big else (batching,):
+            try:
+                algorithm = greedy_schedule(lt, batch, name, window)
+            except NotApplicable as why:
+                log.debug("greedy %s: %s", name, why)
+                continue
+            # the same schedule in two list orders: by dependency depth (few steps) or by planned start
+            timed = replace(algorithm, transfers=time_steps(list(algorithm.transfers)),
+                            metadata={**algorithm.metadata, "order": "start"})
+            yield Candidate(algorithm, f"greedy {name} batching={batch} order=depth")
+            yield Candidate(timed, f"greedy {name} batching={batch} order=start", START_ORDER_HANDICAP)
+    for algorithm in sketch_baselines(lt):
+        yield Candidate(algorithm, f"greedy {algorithm.metadata['strategy']}")
+
+
+def sketch_baselines(lt: LogicalTopology) -> list[Algorithm]:
+    """The baselines (ring, direct, ...) of ``lt.collective`` that the sketch admits (at the sketch's chunk-up):
+    every transfer on a sketch link (a reduce on its reverse), chunks leaving their node only through their senders."""
+    from ...baselines import applicable_baselines, baseline
+
+    coll, gpn = lt.collective, lt.graph.graph["gpus_per_node"]
+    out = []
+    for name in applicable_baselines(lt.graph, coll.name):
+        algorithm = baseline(lt.graph, coll.name, name)
+        k = coll.chunkup // max(1, algorithm.collective.chunkup)
+        if k > 1 and algorithm.collective.chunkup * k == coll.chunkup:
+            # the sketch's chunk-up: chunk c of the baseline is chunks c*k .. c*k+k-1 (same owner and
+            # destinations), carried together
+            algorithm = replace(algorithm, collective=coll, transfers=tuple(
+                replace(t, chunks=tuple(c * k + j for c in t.chunks for j in range(k))) for t in algorithm.transfers))
+        if algorithm.collective != coll:
+            continue
+        fits = True
+        for t in algorithm.transfers:
+            if ((t.src, t.dst) if t.op == "copy" else (t.dst, t.src)) not in lt.edges:
+                fits = False
+                break
+            if t.src // gpn != t.dst // gpn:
+                inner = t.src if t.op == "copy" else t.dst      # the rank on the owner's side of the crossing
+                for c in t.chunks:
+                    owner = c // coll.chunkup if coll.is_reduction else min(coll.precondition(c))
+                    if c in lt.senders and inner // gpn == owner // gpn and inner not in lt.senders[c]:
+                        fits = False
+            if not fits:
+                break
+        if fits:
+            out.append(replace(algorithm, metadata={**algorithm.metadata, "engine": "greedy",
+                                                    "strategy": f"baseline {name}", "chunk_bytes": lt.chunk_bytes}))
+    return out

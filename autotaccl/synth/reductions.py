@@ -1,0 +1,63 @@
+"""Reduction collectives from AllGathers (taccl.md §7), for both engines (combine's MILP stages, greedy).
+
+An AllGather tree that carries chunk ``c`` from its owner to every rank, run backwards, is a reduction
+tree that gathers every rank's contribution to ``c`` into the owner: each copy ``u -> v`` becomes a
+reduce ``v -> u``, the last copy first (:func:`reverse_gather`). ReduceScatter is that; AllReduce is
+that ReduceScatter followed by the AllGather itself (:func:`sequence`).
+
+Which links the reversed AllGather is planned on differs between the engines, and the two stay apart
+because each engine's schedules (and their tests) depend on it: combine plans on the reversed graph
+with the sketch's links reversed too (:func:`allgather_view`), so every reduce runs along a sketch
+link, with the sender map moved to the ranks that receive from the senders' network links; greedy
+prices each sketch link as its physical reverse (``Planner(reverse=True)``), so its reduces run
+against the sketch's links and enter a chunk's node through its senders, as ``sketch_baselines`` and
+the reduction's logical topology (whose sender map is the AllGather's) read a sketch.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+from ..model.algorithm import Transfer, renumber_steps
+from ..model.collectives import Collective
+from ..sketch.logical import LogicalTopology
+
+
+def allgather_view(lt: LogicalTopology, reverse: bool, senders=None) -> LogicalTopology:
+    """The AllGather whose (reversed) schedule serves ``lt``'s reduction collective.
+
+    ``senders``: the AllGather's sender map (chunk -> ranks that may carry it off its node), if any.
+    ``reverse=True``: on the reversed graph with reversed links, for the ReduceScatter half. There a
+    chunk leaves its node through the ranks that *receive* from its senders' network links (reversed,
+    those links point out of the node); own-first ordering is a property of forward sends and is dropped.
+    """
+    coll = Collective("allgather", lt.collective.ranks, lt.collective.chunkup)
+    senders = dict(senders or {})
+    if not reverse:
+        return replace(lt, collective=coll, senders=senders)
+    gpn = lt.graph.graph["gpus_per_node"]
+    back = {}
+    for c, ranks in senders.items():
+        base = (c // coll.chunkup) // gpn * gpn
+        back[c] = frozenset(base + v % gpn for u, v in lt.edges if u in ranks and u // gpn != v // gpn)
+    return replace(lt, graph=lt.graph.reverse(copy=True), collective=coll,
+                   edges=frozenset((v, u) for u, v in lt.edges), senders=back, enforce_ordering=False)
+
+
+def reverse_gather(transfers: Sequence[Transfer], ends: Sequence[float]) -> list[Transfer]:
+    """The ReduceScatter that runs the AllGather ``transfers`` backwards, in reversed list order.
+
+    A copy ``u -> v`` that ends at ``ends[i]`` becomes a reduce ``v -> u`` that starts at
+    ``makespan - ends[i]`` (the makespan being the last end); steps are left at 0 for the caller.
+    """
+    makespan = max(ends, default=0.0)
+    return [Transfer(t.chunks, t.dst, t.src, 0, "reduce", t.link, max(0.0, makespan - end))
+            for t, end in zip(reversed(transfers), reversed(ends))]
+
+
+def sequence(first: Sequence[Transfer], second: Sequence[Transfer], shift: float) -> tuple[Transfer, ...]:
+    """``first``, then ``second`` with its steps after ``first``'s and its planned starts ``shift`` µs later."""
+    base = 1 + max((t.step for t in first), default=-1)
+    moved = [replace(t, step=t.step + base, start_us=None if t.start_us is None else t.start_us + shift)
+             for t in second]
+    return renumber_steps(tuple(first) + tuple(moved))

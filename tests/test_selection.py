@@ -1,0 +1,71 @@
+"""Keeping the fastest candidate: simulated times, margins, handicaps and ties, on NDv2 baselines."""
+from __future__ import annotations
+
+import pytest
+
+from autotaccl.baselines import baseline, best_baseline
+from autotaccl.model.hardware import load_hardware
+from autotaccl.model.topology import build_topology
+from autotaccl.selection import Candidate, fastest
+from autotaccl.simulate import simulate
+
+SIZE = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def ndv2():
+    return build_topology(load_hardware("ndv2"), 1)
+
+
+@pytest.fixture(scope="module")
+def pair(ndv2):
+    """(slower, faster) AllGathers at SIZE, with their simulated times."""
+    ring, direct = baseline(ndv2, "allgather", "ring"), baseline(ndv2, "allgather", "direct")
+    times = {a.name: simulate(a, ndv2, SIZE).time_us for a in (ring, direct)}
+    slow, fast = sorted((ring, direct), key=lambda a: times[a.name], reverse=True)
+    assert times[slow.name] > times[fast.name] * 1.1
+    return slow, fast, times[slow.name], times[fast.name]
+
+
+def test_the_fastest_wins_and_every_timing_is_reported(ndv2, pair):
+    slow, fast, t_slow, t_fast = pair
+    best, timings = fastest([Candidate(slow, "slow"), Candidate(fast, "fast")], ndv2, SIZE)
+    assert best.candidate.algorithm is fast and best.time_us == pytest.approx(t_fast)
+    assert [(t.candidate.label, t.time_us) for t in timings] == [("slow", t_slow), ("fast", t_fast)]
+
+
+def test_ties_keep_the_earlier_candidate(ndv2, pair):
+    slow, fast, _, _ = pair
+    best, _ = fastest([Candidate(fast, "first"), Candidate(fast, "second")], ndv2, SIZE)
+    assert best.candidate.label == "first"
+
+
+def test_a_margin_keeps_the_earlier_unless_the_later_is_faster_by_it(ndv2, pair):
+    slow, fast, t_slow, t_fast = pair
+    gain = 1 - t_fast / t_slow
+    for margin, winner in ((gain * 0.9, "fast"), (gain * 1.1, "slow")):
+        best, _ = fastest([Candidate(slow, "slow"), Candidate(fast, "fast")], ndv2, SIZE, margin=margin)
+        assert best.candidate.label == winner, margin
+    best, _ = fastest([Candidate(slow, "slow"), Candidate(fast, "fast")], ndv2, SIZE, margin_us=t_slow - t_fast + 1e-6)
+    assert best.candidate.label == "slow"
+
+
+def test_a_handicap_makes_a_candidate_win_only_by_that_much(ndv2, pair):
+    slow, fast, t_slow, t_fast = pair
+    handicap = t_slow / t_fast - 1
+    for h, winner in ((handicap * 0.9, "fast"), (handicap * 1.1, "slow")):
+        best, _ = fastest([Candidate(slow, "slow"), Candidate(fast, "fast", h)], ndv2, SIZE)
+        assert best.candidate.label == winner, h
+        assert best.time_us == pytest.approx(t_fast if winner == "fast" else t_slow)   # times stay unweighted
+
+
+def test_no_candidate_no_choice(ndv2):
+    assert fastest([], ndv2, SIZE) == (None, [])
+
+
+def test_best_baseline_is_the_fastest_baseline(ndv2):
+    name, algorithm, result = best_baseline(ndv2, "allgather", SIZE)
+    assert result.time_us == simulate(algorithm, ndv2, SIZE).time_us
+    for other in ("ring", "direct"):
+        assert result.time_us <= simulate(baseline(ndv2, "allgather", other), ndv2, SIZE).time_us
+    assert algorithm.name.startswith(f"{name}-")
