@@ -20,7 +20,7 @@ from ..model.collectives import Collective
 from ..sketch.logical import LogicalTopology
 from .ordering import order
 from .reductions import allgather_view, reverse_gather, sequence
-from .routing import RoutingOptions, route
+from .routing import RoutingOptions, route, sends_of
 from .scheduling import ScheduleOptions, Schedule, schedule
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ def _stages(lt: LogicalTopology, solver: SolverOptions, heuristic, prefix: str, 
     start = None
     if size is not None:     # warm-start the routing from the greedy AllGather on the same view
         from .greedy import greedy
-        start = tuple((c, t.src, t.dst) for t in greedy(lt, size, contiguity).transfers for c in t.chunks)
+        start = sends_of(greedy(lt, size, contiguity))
     routed = route(lt, RoutingOptions(milp=solver, start=start))
     if reverse:
         routed = replace(routed, reverse=True)

@@ -145,7 +145,8 @@ def _milp(lt: LogicalTopology, options: SynthOptions, sketch) -> tuple[Algorithm
             from .combine import combine_stage
             algorithm, stages = combine_stage(lt, sketch, solver, size=options.size)
         else:
-            algorithm, stages = _forward(lt, sketch, solver, start=routing_of(quick))
+            from .routing import sends_of
+            algorithm, stages = _forward(lt, sketch, solver, start=sends_of(quick))
     except NoSolutionError as err:
         return _fallback(lt, options, sketch, str(err))
     except LicenceLimitError as err:   # only when gurobi was asked for by name; auto falls back to highs
@@ -156,11 +157,6 @@ def _milp(lt: LogicalTopology, options: SynthOptions, sketch) -> tuple[Algorithm
     if chosen is quick:
         return quick, stages, "heuristic"
     return algorithm, stages, worst
-
-
-def routing_of(algorithm: Algorithm) -> tuple[tuple[int, int, int], ...]:
-    """The (chunk, src, dst) sends of an algorithm, in program order (a routing-MILP start)."""
-    return tuple((c, t.src, t.dst) for t in algorithm.transfers for c in t.chunks)
 
 
 def _select(lt: LogicalTopology, size: int, milp: Algorithm, quick: Algorithm) -> tuple[Algorithm, StageReport]:
