@@ -27,22 +27,17 @@ def conflicts(accesses: Iterable[Access], war: bool = True) -> tuple[tuple[int, 
     readers: dict[Cell, list[int]] = {}
     out = []
     for i, (reads, writes) in enumerate(accesses):
-        deps: set[int] = set()
-        for cell in reads:
-            if cell in last_write:
-                deps.add(last_write[cell])
-        for cell in writes:
-            if cell in last_write:
-                deps.add(last_write[cell])
-            if war and cell in readers:
-                deps.update(readers[cell])
+        deps = {last_write[cell] for cell in reads if cell in last_write}
+        deps.update(last_write[cell] for cell in writes if cell in last_write)
         if war:
+            for cell in writes:
+                deps.update(readers.pop(cell, ()))
             for cell in reads:
                 readers.setdefault(cell, []).append(i)
+            for cell in writes:          # readers since the last write: not this access's own reads
+                readers.pop(cell, None)
         for cell in writes:
             last_write[cell] = i
-            if war:
-                readers.pop(cell, None)
         out.append(tuple(sorted(deps)))
     return tuple(out)
 

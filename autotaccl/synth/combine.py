@@ -30,8 +30,9 @@ def reverse_allgather(lt_rev: LogicalTopology, allgather: Algorithm, collective:
     """ReduceScatter transfers (for ``collective``'s chunks) from an AllGather scheduled on ``lt_rev``."""
     ends = [(t.start_us or 0.0) + lt_rev.cost_us(t.src, t.dst, len(t.chunks)) for t in allgather.transfers]
     makespan = max(ends)
-    out = sorted(reverse_gather(allgather.transfers, ends), key=lambda t: (round(t.start_us, 6), t.dst, t.src, t.chunks))
-    steps = {s: i for i, s in enumerate(sorted({round(t.start_us, 6) for t in out}))}    # one step per start time
+    out = sorted(reverse_gather(allgather.transfers, ends),
+                 key=lambda t: (round(t.start_us, 6), t.dst, t.src, t.chunks))
+    steps = {s: i for i, s in enumerate(sorted({round(t.start_us, 6) for t in out}))}   # a step per start time
     transfers = tuple(replace(t, step=steps[round(t.start_us, 6)]) for t in out)
     meta = {**dict(allgather.metadata), "makespan_us": round(makespan, 6), "combine": "reversed allgather"}
     return Algorithm(allgather.name.replace("allgather", collective.name), Collective(
