@@ -29,7 +29,7 @@ from autotaccl.model.hardware import profile_from_dict  # noqa: E402
 from autotaccl.sizes import format_size, parse_size_range  # noqa: E402
 from autotaccl.model.topology import build_topology  # noqa: E402
 from runners.linkfit import analyse  # noqa: E402
-from runners.mpi import JobOptions, measure_many, run_job  # noqa: E402
+from runners.mpi import JobOptions, MpiOptions, measure_many, run_job  # noqa: E402
 
 FC4 = {"name": "fc4", "gpus_per_node": 4, "link_classes": {"l": {"alpha_us": 1.0, "bandwidth_GBps": 10.0}},
        "links": {"class": "l", "pattern": "fully-connected"}}
@@ -48,8 +48,8 @@ def collectives(repeats: int, iters: int, blocks: int, sizes: list[int]) -> None
         # both sides of a ratio alike; each side keeps its fastest block (load only ever adds time)
         for size in sizes:
             order = [k for b in range(blocks) for k in ([0, 1, 2, 3] if b % 2 == 0 else [1, 0, 3, 2])]
-            frames = measure_many([items[k] for k in order], [size], iters=iters, warmup=3, check=(rep == 0),
-                                  inplace=(False,), timeout=900)
+            frames = measure_many([items[k] for k in order], [size],
+                                  MpiOptions(iters=iters, warmup=3, check=(rep == 0), timeout=900), inplace=(False,))
             for k, df in zip(order, frames):
                 row = df.iloc[0]
                 best = runs[names[k]][rep].get(size)

@@ -1,29 +1,16 @@
-"""Runners measure an algorithm: ``get_runner("sim" | "mpi" | "nccl-tests").measure(algorithm, sizes, **options)``.
+"""Runners measure an algorithm: ``runner = get_runner(name)``, then
+``runner.measure(algorithm, sizes, build_options(runner, {...}))``.
 
 Every runner returns a long-form :class:`pandas.DataFrame`, one row per (size, in-place mode), with
-the columns :data:`runners.results.COLUMNS` (nccl-tests' semantics and formulas).
+the columns :data:`runners.results.COLUMNS` (nccl-tests' semantics and formulas). The contract is in
+:mod:`runners.contract`; runners are found by name in the ``autotaccl.runners`` entry-point group
+(:mod:`runners.registry`): ``sim``, ``mpi``, ``nccl-tests`` and any a site installs.
 """
 from __future__ import annotations
 
-from autotaccl.errors import InputError
-
+from runners.contract import MSCCL_XML, BaselineRunner, Runner, RuntimeFile, build_options, options_dict
+from runners.registry import get_runner, runner_names
 from runners.results import COLUMNS
 
-RUNNERS = ("sim", "mpi", "nccl-tests")
-
-
-def get_runner(name: str):
-    """The runner called ``name``; it has ``name`` and ``measure(algorithm, sizes, **options)``."""
-    if name == "sim":
-        from runners.sim import SimRunner
-        return SimRunner()
-    if name == "mpi":
-        from runners.mpi import MpiRunner
-        return MpiRunner()
-    if name == "nccl-tests":
-        from runners.nccl_tests import NcclTestsRunner
-        return NcclTestsRunner()
-    raise InputError("--runner", repr(name), f"one of: {', '.join(RUNNERS)}")
-
-
-__all__ = ["COLUMNS", "RUNNERS", "get_runner"]
+__all__ = ["COLUMNS", "MSCCL_XML", "BaselineRunner", "Runner", "RuntimeFile", "build_options", "get_runner",
+           "options_dict", "runner_names"]

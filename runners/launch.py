@@ -12,7 +12,9 @@ import functools
 import logging
 import os
 import select
+import shlex
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -190,3 +192,19 @@ def run(argv: Sequence[str], workdir: Path, timeout: float, env: Mapping[str, st
             terminate(proc, extra)
     return Outcome(proc.returncode, out_path.read_text(errors="replace"), err_path.read_text(errors="replace"),
                    time.monotonic() - start, timed_out)
+
+
+def hosts(launcher: str | None, hostfile: str | None) -> tuple[str, ...]:
+    """The hosts a job of ``launcher`` occupies: its hostfile's, else a Slurm allocation's id, else this host."""
+    if hostfile:
+        names = set()
+        for line in Path(hostfile).read_text().splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line:
+                names.add(line.split()[0].split(":")[0])
+        if names:
+            return tuple(sorted(names))
+    argv = shlex.split(launcher or "mpiexec")
+    if argv and Path(argv[0]).name == "srun" and os.environ.get("SLURM_JOB_ID"):
+        return (f"slurm-job-{os.environ['SLURM_JOB_ID']}",)
+    return (socket.gethostname(),)

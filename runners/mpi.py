@@ -26,8 +26,10 @@ import pandas as pd
 from autotaccl.errors import InputError
 from autotaccl.model.algorithm import Algorithm, to_json
 from autotaccl.model.collectives import Collective
+from autotaccl.safety import output_dir
 
 from runners import launch
+from runners.contract import check
 from runners.progress import read_heartbeats
 from runners.results import DTYPES, check_dtype, check_op, frame, layout
 
@@ -175,24 +177,53 @@ def explain(outcome: launch.Outcome, beats: dict[int, dict], timeout: float,
     return f"{head}: " + "; ".join(parts)
 
 
+@dataclass(frozen=True)
+class MpiOptions:
+    np: int | None = None           # ranks to launch (default: the algorithm's)
+    launcher: str = "mpiexec"
+    hostfile: str | None = None
+    timeout: float = 300.0
+    workdir: str | None = None
+    dtype: str = "float32"
+    op: str = "sum"
+    iters: int = 20
+    warmup: int = 5
+    check: bool = True              # compare every output element with the expected result
+
+    def __post_init__(self) -> None:
+        check(self.np is None or self.np >= 1, "--np", self.np, "a whole number >= 1")
+        check(self.iters >= 1, "--iters", self.iters, "a whole number >= 1")
+        check(self.warmup >= 0, "--warmup", self.warmup, "a whole number >= 0")
+        check(self.timeout > 0, "--timeout", self.timeout, "a positive number of seconds")
+        if self.workdir is not None:
+            output_dir(self.workdir, "--workdir")
+        check_dtype(self.dtype), check_op(self.op)
+
+
 class MpiRunner:
-    """``measure(algorithm, sizes, np=..., ...)``: see :func:`measure`."""
+    """Real ranks on the hostfile's hosts (or this one); ``--baseline mpi`` times MPI's own collective too."""
 
     name = "mpi"
+    real_hardware = True
+    runtime_file = None
+    Options = MpiOptions
+    baselines = {"mpi": "MPI's own"}
 
-    def measure(self, algorithm: Algorithm, sizes: Sequence[int], **options) -> pd.DataFrame:
-        return measure(algorithm, sizes, **options)
+    def hosts(self, options: MpiOptions) -> tuple[str, ...]:
+        return launch.hosts(options.launcher, options.hostfile)
+
+    def measure(self, target: Algorithm, sizes: Sequence[int], options: MpiOptions) -> pd.DataFrame:
+        return measure_many([target], sizes, options)[0]
+
+    def measure_with_baseline(self, target: Algorithm, sizes: Sequence[int], options: MpiOptions,
+                              baseline: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+        check(baseline in self.baselines, "--baseline", baseline, f"one of: {', '.join(self.baselines)}")
+        mine, theirs = measure_many([target, target.collective], sizes, options)
+        return mine, theirs
 
 
-def measure(algorithm: Algorithm, sizes: Sequence[int], **options) -> pd.DataFrame:
-    """Rows (size, count, type, redop, inplace, time_us, algbw, busbw, wrong) for ``algorithm``."""
-    return measure_many([algorithm], sizes, **options)[0]
-
-
-def measure_many(algorithms: Sequence[Algorithm | Collective], sizes: Sequence[int], *, np: int | None = None,
-                 dtype: str = "float32", op: str = "sum", iters: int = 20, warmup: int = 5, check: bool = True,
-                 inplace: Sequence[bool] = (False, True), launcher: str = "mpiexec", hostfile: str | None = None,
-                 timeout: float = 300.0, workdir: str | None = None) -> list[pd.DataFrame]:
+def measure_many(algorithms: Sequence[Algorithm | Collective], sizes: Sequence[int],
+                 options: MpiOptions = MpiOptions(), inplace: Sequence[bool] = (False, True)) -> list[pd.DataFrame]:
     """Measure several algorithms (or, for a :class:`Collective`, MPI's own collective) in one job."""
     if not algorithms:
         return []
@@ -200,23 +231,20 @@ def measure_many(algorithms: Sequence[Algorithm | Collective], sizes: Sequence[i
     if len(ranks) != 1:
         raise InputError("algorithms", "ranks", "the same number of ranks for all algorithms of one job")
     ranks_needed = ranks.pop()
-    np = ranks_needed if np is None else np
+    np = ranks_needed if options.np is None else options.np
     if np != ranks_needed:
         raise InputError("--np", str(np), f"{ranks_needed}, the number of ranks of the algorithm")
-    if iters < 1 or warmup < 0:
-        raise InputError("--iters" if iters < 1 else "--warmup", str(iters if iters < 1 else warmup),
-                         "a whole number >= 1 (iterations) / >= 0 (warm-up)")
     tasks = [{"kind": "algorithm", "algorithm": to_json(a)} if isinstance(a, Algorithm) else
              {"kind": "mpi", "collective": {"name": a.name, "ranks": a.ranks, "chunkup": a.chunkup, "root": a.root}}
              for a in algorithms]
-    settings = {"sizes": [int(s) for s in sizes], "dtype": check_dtype(dtype), "op": check_op(op),
-                "iters": int(iters), "warmup": int(warmup), "check": bool(check), "modes": [bool(m) for m in inplace]}
+    settings = {"sizes": [int(s) for s in sizes], "dtype": options.dtype, "op": options.op, "iters": options.iters,
+                "warmup": options.warmup, "check": options.check, "modes": [bool(m) for m in inplace]}
     for item in algorithms:
         coll = item.collective if isinstance(item, Algorithm) else item
-        tiny = [s for s in sizes if layout(coll, s, DTYPES[dtype][1]().itemsize).chunk_elems == 0]
+        tiny = [s for s in sizes if layout(coll, s, DTYPES[options.dtype][1]().itemsize).chunk_elems == 0]
         if tiny:
             log.warning("%s: sizes %s hold less than one element per chunk and are skipped",
                         getattr(item, "name", coll.name), ", ".join(map(str, tiny)))
-    results = run_job(tasks, JobOptions(np, launcher, hostfile, timeout, workdir), settings)
+    job = JobOptions(np, options.launcher, options.hostfile, options.timeout, options.workdir)
+    results = run_job(tasks, job, settings)
     return [frame(rows) for rows in results]
-

@@ -16,6 +16,7 @@ import shlex
 import shutil
 import tempfile
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -24,9 +25,11 @@ import pandas as pd
 from autotaccl.errors import InputError
 from autotaccl.model.algorithm import Algorithm
 from autotaccl.model.collectives import canonical_name
-from autotaccl.safety import file_stem
+from autotaccl.safety import file_stem, output_dir
 
 from runners import launch
+from runners.contract import MSCCL_XML, check
+from runners.mpi import launcher_command
 from runners.results import DTYPES, check_dtype, check_op, frame
 
 log = logging.getLogger(__name__)
@@ -36,6 +39,7 @@ BINARIES = {"allgather": "all_gather_perf", "reducescatter": "reduce_scatter_per
 #: largest deviation the oldest nccl-tests still accepted, per type (its "error" column)
 TOLERANCE = {"float": 1e-5, "half": 1e-2, "double": 1e-12, "int32": 0.0, "bfloat16": 5e-2}
 RUNTIMES = ("both", "legacy", "executor")
+ENV_FLAGS = (None, "-x", "-genv")
 
 
 def xml_collective(path: str | Path) -> str:
@@ -54,9 +58,7 @@ def xml_collective(path: str | Path) -> str:
 
 
 def msccl_environment(xml: Path, runtime: str, workdir: Path) -> dict[str, str]:
-    """Variables that make the MSCCL runtime(s) load ``xml`` and nothing else."""
-    if runtime not in RUNTIMES:
-        raise InputError("--runtime", repr(runtime), f"one of: {', '.join(RUNTIMES)}")
+    """Variables that make the MSCCL runtime(s) (one of :data:`RUNTIMES`) load ``xml`` and nothing else."""
     env: dict[str, str] = {}
     if runtime in ("both", "legacy"):
         env.update(MSCCL_XML_FILES=str(xml.resolve()), NCCL_ALGO="MSCCL,RING,TREE")
@@ -80,7 +82,8 @@ def sweeps(sizes: Sequence[int]) -> list[tuple[int, int, int]]:
 
 def command(launcher: str | Sequence[str], binary: str, sweep: tuple[int, int, int], *, iters: int, warmup: int,
             dtype: str, op: str, env: dict[str, str], env_flag: str | None = None) -> list[str]:
-    """The full command line; ``env_flag`` ``-x`` (Open MPI) or ``-genv`` (MPICH) forwards ``env`` explicitly."""
+    """The full command line; ``env_flag`` ``-x`` (Open MPI) or ``-genv`` (MPICH) forwards ``env`` explicitly
+    (one of :data:`ENV_FLAGS`)."""
     argv = shlex.split(launcher) if isinstance(launcher, str) else list(launcher)
     if env_flag == "-x":
         for name in env:
@@ -88,8 +91,6 @@ def command(launcher: str | Sequence[str], binary: str, sweep: tuple[int, int, i
     elif env_flag == "-genv":
         for name, value in env.items():
             argv += ["-genv", name, value]
-    elif env_flag is not None:
-        raise InputError("--env-flag", repr(env_flag), "-x (Open MPI), -genv (MPICH) or nothing (inherit)")
     b, e, f = sweep
     return argv + [binary, "-b", str(b), "-e", str(e), "-f", str(f), "-g", "1", "-c", "1", "-n", str(iters),
                    "-w", str(warmup), "-d", DTYPES[dtype][0], "-o", op]
@@ -129,40 +130,69 @@ def msccl_loaded(text: str) -> bool:
     return any(mark in text for mark in ("MSCCL algorithms", "MSCCL: Initialization finished", "Using MSCCL Algo files"))
 
 
+@dataclass(frozen=True)
+class NcclTestsOptions:
+    binary: str | None = None        # an nccl-tests *_perf executable or the directory holding them (required)
+    launcher: str | None = None      # with np: the launcher (mpiexec by default); without: the whole launcher line
+    np: int | None = None
+    hostfile: str | None = None
+    runtime: str = "both"            # the MSCCL runtime(s) whose variables are set
+    env_flag: str | None = None      # -x (Open MPI) / -genv (MPICH): forward the variables explicitly
+    iters: int = 20
+    warmup: int = 5
+    dtype: str = "float32"
+    op: str = "sum"
+    timeout: float = 600.0
+    workdir: str | None = None
+
+    def __post_init__(self) -> None:
+        check(bool(self.binary), "--binary", "(missing)",
+              "the nccl-tests binary or build directory for --runner nccl-tests")
+        check(self.np is not None or (self.launcher is not None and self.hostfile is None), "--np", "(missing)",
+              "the number of ranks to launch (or a whole --launcher line) for --runner nccl-tests")
+        check(self.np is None or self.np >= 1, "--np", self.np, "a whole number >= 1")
+        check(self.runtime in RUNTIMES, "--runtime", repr(self.runtime), f"one of: {', '.join(RUNTIMES)}")
+        check(self.env_flag in ENV_FLAGS, "--env-flag", repr(self.env_flag),
+              "-x (Open MPI), -genv (MPICH) or nothing (inherit)")
+        check(self.iters >= 1, "--iters", self.iters, "a whole number >= 1")
+        check(self.warmup >= 0, "--warmup", self.warmup, "a whole number >= 0")
+        check(self.timeout > 0, "--timeout", self.timeout, "a positive number of seconds")
+        if self.workdir is not None:
+            output_dir(self.workdir, "--workdir")
+        check_dtype(self.dtype), check_op(self.op)
+
+
 class NcclTestsRunner:
+    """nccl-tests with MSCCL XML loaded, on the launcher's hosts."""
+
     name = "nccl-tests"
+    real_hardware = True
+    runtime_file = MSCCL_XML
+    Options = NcclTestsOptions
 
-    def measure(self, algorithm, sizes: Sequence[int], **options) -> pd.DataFrame:
-        return measure(algorithm, sizes, **options)
+    def hosts(self, options: NcclTestsOptions) -> tuple[str, ...]:
+        return launch.hosts(options.launcher, options.hostfile)
+
+    def measure(self, target: Algorithm | str | Path, sizes: Sequence[int], options: NcclTestsOptions) -> pd.DataFrame:
+        return measure(target, sizes, options)
 
 
-def launcher_argv(launcher: str | Sequence[str] | None, np: int | None, hostfile: str | None) -> list[str]:
+def launcher_argv(options: NcclTestsOptions) -> list[str]:
     """The launcher's argv: the whole line as given, or (with ``np``) ``LAUNCHER -n NP [-hostfile F]``."""
-    if np is None and hostfile is None and launcher is not None:
-        return shlex.split(launcher) if isinstance(launcher, str) else list(launcher)
-    if np is None:
-        raise InputError("--np", "(missing)", "the number of ranks to launch (or a whole --launcher line)")
-    from runners.mpi import launcher_command
-
-    line = launcher if launcher is None or isinstance(launcher, str) else shlex.join(launcher)
-    return launcher_command(line or "mpiexec", np, hostfile)
+    if options.np is None:
+        return shlex.split(options.launcher)
+    return launcher_command(options.launcher or "mpiexec", options.np, options.hostfile)
 
 
-def measure(algorithm: Algorithm | str | Path, sizes: Sequence[int], *, binary: str,
-            launcher: str | Sequence[str] | None = None, np: int | None = None, hostfile: str | None = None,
-            runtime: str = "both", iters: int = 20, warmup: int = 5, dtype: str = "float32", op: str = "sum",
-            timeout: float = 600.0, env_flag: str | None = None, workdir: str | None = None,
-            **_ignored) -> pd.DataFrame:
+def measure(algorithm: Algorithm | str | Path, sizes: Sequence[int], options: NcclTestsOptions) -> pd.DataFrame:
     """Run nccl-tests on ``algorithm`` (an XML path, or an Algorithm lowered to XML) at ``sizes``.
 
-    ``binary`` is an nccl-tests ``*_perf`` executable or the directory holding them; ``launcher`` the
-    launcher and its arguments (``"mpirun -np 8 --hostfile hosts"``, ``"srun -n 8"``), or, with ``np``
-    (and ``hostfile``), just the launcher (mpiexec by default) as ``autotaccl tune`` passes it.
+    ``options.launcher`` is the launcher and its arguments (``"mpirun -np 8 --hostfile hosts"``,
+    ``"srun -n 8"``), or, with ``np`` (and ``hostfile``), just the launcher (mpiexec by default).
     """
-    check_dtype(dtype), check_op(op)
-    launcher = launcher_argv(launcher, np, hostfile)
+    launcher = launcher_argv(options)
     with tempfile.TemporaryDirectory(prefix="autotaccl-nccl-tests-") as tmp:
-        work = Path(workdir or tmp)
+        work = Path(options.workdir or tmp)
         work.mkdir(parents=True, exist_ok=True)
         if isinstance(algorithm, Algorithm):
             from autotaccl.formats.msccl import LoweringOptions
@@ -175,23 +205,24 @@ def measure(algorithm: Algorithm | str | Path, sizes: Sequence[int], *, binary: 
             if not xml.is_file():
                 raise InputError(str(xml), "file", "an existing MSCCL XML file")
             coll = xml_collective(xml)
-        exe = Path(binary)
+        exe = Path(options.binary)
         if exe.is_dir():
             exe = exe / BINARIES[coll]
         if not (exe.is_file() and os.access(exe, os.X_OK)):
             raise InputError("--binary", str(exe), f"an executable nccl-tests binary ({BINARIES[coll]})")
-        env = msccl_environment(xml, runtime, work)
+        env = msccl_environment(xml, options.runtime, work)
         debug = {} if "NCCL_DEBUG" in os.environ else {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
         frames, loaded = [], True
         for sweep in sweeps(sizes):
-            argv = command(launcher, str(exe), sweep, iters=iters, warmup=warmup, dtype=dtype, op=op,
-                           env={**env, **debug}, env_flag=env_flag)
-            outcome = launch.run(argv, work, timeout, env={**os.environ, **env, **debug})
+            argv = command(launcher, str(exe), sweep, iters=options.iters, warmup=options.warmup,
+                           dtype=options.dtype, op=options.op, env={**env, **debug}, env_flag=options.env_flag)
+            outcome = launch.run(argv, work, options.timeout, env={**os.environ, **env, **debug})
             text = outcome.stdout + "\n" + outcome.stderr
             rows = parse(outcome.stdout)
             failed = rows["wrong"].fillna(0).gt(0).any()
             if outcome.timed_out:
-                raise launch.JobTimeout(f"nccl-tests timed out after {timeout:g} s and was killed: {' '.join(argv)}")
+                raise launch.JobTimeout(f"nccl-tests timed out after {options.timeout:g} s and was killed: "
+                                        f"{' '.join(argv)}")
             if rows.empty or (outcome.returncode != 0 and not failed):
                 tail = " | ".join(text.strip().splitlines()[-3:])
                 raise launch.JobError(f"nccl-tests failed (exit status {outcome.returncode}): {tail}")

@@ -7,6 +7,7 @@ an invalid one has every output element of every rank counted as wrong and no sp
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import networkx as nx
@@ -14,37 +15,50 @@ import pandas as pd
 
 from autotaccl.errors import InputError
 from autotaccl.model.algorithm import Algorithm, VerificationError, verify
-from autotaccl.model.hardware import load_hardware
-from autotaccl.model.topology import build_topology
+from autotaccl.model.topology import topology_for
 from autotaccl.simulate import simulate
+from autotaccl.sizes import parse_size
 
+from runners.contract import check
 from runners.results import DTYPES, check_dtype, check_op, frame, layout, make_row
 
 
-def graph_from_options(graph: nx.DiGraph | None = None, hardware: str | None = None, nodes: int = 1) -> nx.DiGraph:
-    if graph is not None:
-        return graph
-    if hardware is None:
-        raise InputError("--hardware", "missing", "a hardware profile for the sim runner (or a graph)")
-    profile = load_hardware(hardware)
-    try:
-        return build_topology(profile, nodes)
-    except ValueError as err:
-        raise InputError(profile.source, "nics", str(err)) from None
+@dataclass(frozen=True)
+class SimOptions:
+    hardware: str | None = None      # profile name or file; required to measure
+    nodes: int = 1
+    chunk_size: str | None = None    # the chunk size a TACCL topology JSON was profiled for
+    dtype: str = "float32"
+    op: str = "sum"
+
+    def __post_init__(self) -> None:
+        check(self.nodes >= 1, "--nodes", self.nodes, "a whole number >= 1")
+        if self.chunk_size is not None:
+            parse_size(self.chunk_size, "--chunk-size")
+        check_dtype(self.dtype), check_op(self.op)
 
 
 class SimRunner:
+    """The simulator on ``hardware`` x ``nodes``: a model, so it leases nothing and runs the IR."""
+
     name = "sim"
+    real_hardware = False
+    runtime_file = None
+    Options = SimOptions
 
-    def measure(self, algorithm: Algorithm, sizes: Sequence[int], **options) -> pd.DataFrame:
-        return measure(algorithm, sizes, **options)
+    def hosts(self, options: SimOptions) -> tuple[str, ...]:
+        return ()
+
+    def measure(self, target: Algorithm, sizes: Sequence[int], options: SimOptions) -> pd.DataFrame:
+        if options.hardware is None:
+            raise InputError("--hardware", "missing", "a hardware profile for --runner sim")
+        graph = topology_for(options.hardware, options.nodes, options.chunk_size)
+        return measure(target, sizes, graph, options.dtype, options.op)
 
 
-def measure(algorithm: Algorithm, sizes: Sequence[int], *, graph: nx.DiGraph | None = None,
-            hardware: str | None = None, nodes: int = 1, dtype: str = "float32", op: str = "sum",
-            inplace: Sequence[bool] = (False, True), **_ignored) -> pd.DataFrame:
-    """Simulated rows for ``algorithm`` on ``graph`` (or on ``hardware`` x ``nodes``)."""
-    graph = graph_from_options(graph, hardware, nodes)
+def measure(algorithm: Algorithm, sizes: Sequence[int], graph: nx.DiGraph, dtype: str = "float32",
+            op: str = "sum") -> pd.DataFrame:
+    """Simulated rows for ``algorithm`` on ``graph``, out-of-place and in-place."""
     check_dtype(dtype), check_op(op)
     coll = algorithm.collective
     if graph.number_of_nodes() != coll.ranks:
@@ -63,6 +77,6 @@ def measure(algorithm: Algorithm, sizes: Sequence[int], *, graph: nx.DiGraph | N
             continue
         outputs = sum(coll.output_chunks(r) for r in range(coll.ranks)) * shape.chunk_elems
         time_us = simulate(algorithm, graph, shape.size).time_us if valid else math.nan
-        for mode in inplace:
+        for mode in (False, True):
             rows.append(make_row(coll, shape.size, shape.count, dtype, op, mode, time_us, 0 if valid else outputs))
     return frame(rows)

@@ -108,6 +108,21 @@ def tune_cmd(*args: str) -> list[str]:
     return [str(VENV_BIN / "autotaccl"), "tune", "--no-progress", *args]
 
 
+# --------------------------------------------------------------------------- a site's own runner
+
+def install_runner(root: Path, name: str, target: str, source: str) -> Path:
+    """Install, under ``root``, a distribution shipping runner ``name`` = ``target`` (``module:Class``),
+    the module's text being ``source``: a real ``autotaccl.runners`` entry point, found by
+    ``importlib.metadata`` once ``root`` is on ``sys.path`` (or PYTHONPATH). Returns ``root``."""
+    module = target.split(":")[0]
+    dist = root / f"{module}-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (root / f"{module}.py").write_text(source)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[autotaccl.runners]\n{name} = {target}\n")
+    return root
+
+
 # --------------------------------------------------------------------------- MSCCL XML
 
 def allpairs3(with_nop: bool = True, k: int = 1) -> str:

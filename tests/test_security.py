@@ -13,8 +13,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -263,6 +261,7 @@ def test_nccl_tests_runner_keeps_an_algorithm_named_like_a_path_in_its_workdir(t
     """The binary is a test double (no GPU, no nccl-tests here): it fails at once, after the XML was written."""
     from autotaccl.model.algorithm import load_algorithm
     from runners import get_runner
+    from runners.nccl_tests import NcclTestsOptions
 
     algorithm = load_algorithm(REPO / "tests" / "bad_inputs" / "_good" / "ag2.json")
     algorithm = type(algorithm)("../../escaped-xml", algorithm.collective, algorithm.transfers)
@@ -272,9 +271,8 @@ def test_nccl_tests_runner_keeps_an_algorithm_named_like_a_path_in_its_workdir(t
     exe.chmod(0o755)
     work = tmp_path / "a" / "b" / "work"
     with pytest.raises(Exception):
-        get_runner("nccl-tests").measure(algorithm, [4096], binary=str(exe),
-                                         launcher=[shutil.which("mpiexec") or str(Path(sys.executable).with_name("mpiexec")),
-                                                   "-n", "1"], timeout=60, workdir=str(work))
+        get_runner("nccl-tests").measure(algorithm, [4096], NcclTestsOptions(binary=str(exe), np=1, timeout=60,
+                                                                             workdir=str(work)))
     written = list(tmp_path.rglob("*escaped-xml*"))
     assert written and all(p.is_relative_to(work) for p in written), written
     assert not (tmp_path / "escaped-xml.xml").exists()

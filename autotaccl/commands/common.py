@@ -2,15 +2,15 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-from typing import Any
+from typing import Any, Mapping
 
 import networkx as nx
 
+from ..errors import InputError
 from ..model.collectives import canonical_name
-from ..model.hardware import load_hardware
-from ..model.topology import MAX_RANKS, build_topology
-from ..sizes import parse_size
+from ..model.topology import topology_for
 
 
 def register(subparsers) -> None:
@@ -29,20 +29,45 @@ def add_hardware_args(parser: argparse.ArgumentParser) -> None:
 
 
 def topology_from_args(args: argparse.Namespace) -> nx.DiGraph:
-    from ..errors import InputError
-
-    chunk = parse_size(args.chunk_size, "--chunk-size") if getattr(args, "chunk_size", None) else None
-    if args.nodes < 1:
-        raise InputError("--nodes", str(args.nodes), "a whole number >= 1")
-    profile = load_hardware(args.hardware, chunk)
-    if args.nodes * profile.gpus_per_node > MAX_RANKS:
-        raise InputError("--nodes", str(args.nodes),
-                         f"at most {MAX_RANKS // profile.gpus_per_node} nodes of {profile.name} ({MAX_RANKS} ranks in all)")
-    try:
-        return build_topology(profile, args.nodes)
-    except ValueError as err:
-        raise InputError(profile.source, "nics", str(err)) from None
+    return topology_for(args.hardware, args.nodes, getattr(args, "chunk_size", None))
 
 
 def collective_arg(value: str) -> str:
     return canonical_name(value)
+
+
+RUNNER_HELP = ("what measures: sim, mpi, nccl-tests, or a runner a site installed (entry-point group "
+               "autotaccl.runners)")
+
+
+def add_runner_option_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runner-option", action="append", metavar="KEY=VALUE",
+                        help="an option of the runner that has no flag of its own, e.g. a site runner's (repeatable)")
+
+
+def runner_options_from_args(args: argparse.Namespace, runner, flags: Mapping[str, str],
+                             defaults: Mapping[str, Any] | None = None) -> Any:
+    """The runner's options dataclass from this command's flags and ``--runner-option KEY=VALUE``.
+
+    ``flags`` maps an option to the flag that sets it here (``timeout`` -> ``--timeout-per-run``); a flag
+    left out is not given. ``defaults`` are this command's own defaults for options the runner has.
+    A flag the runner has no option for is an error (``--binary: not an option of the mpi runner``).
+    """
+    from runners import build_options
+
+    values = {key: getattr(args, flag[2:].replace("-", "_")) for key, flag in flags.items()}
+    values = {key: value for key, value in values.items() if value is not None}
+    flags = dict(flags)
+    for item in getattr(args, "runner_option", None) or ():
+        key, equals, text = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not equals or not key.isidentifier():
+            raise InputError("--runner-option", repr(item), "KEY=VALUE")
+        if key in values:
+            raise InputError("--runner-option", repr(item), f"an option not given already (by {flags[key]})")
+        values[key], flags[key] = text, f"--runner-option {key}"
+    fields = {f.name for f in dataclasses.fields(runner.Options)}
+    for key, value in (defaults or {}).items():
+        if key in fields:
+            values.setdefault(key, value)
+    return build_options(runner, values, flags)

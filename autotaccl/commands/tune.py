@@ -9,6 +9,7 @@ from dataclasses import replace
 from ..errors import InputError
 from ..safety import check_tune_args
 from ..sizes import format_size
+from .common import RUNNER_HELP, add_runner_option_arg, runner_options_from_args
 
 
 def register(subparsers) -> None:
@@ -41,37 +42,31 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+#: the runner options tune sets, by its flags (every other option is the runner's default)
+FLAGS = {"np": "--np", "hostfile": "--hostfile", "launcher": "--launcher", "binary": "--binary",
+         "timeout": "--timeout-per-run"}
+
+
 def add_runner_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--runner", default="sim", choices=("sim", "mpi", "nccl-tests"), help="final-fidelity runner")
+    p.add_argument("--runner", default="sim", help=f"final-fidelity runner: {RUNNER_HELP}; default: sim")
     p.add_argument("--np", type=int, help="ranks to launch (mpi / nccl-tests runners)")
     p.add_argument("--hostfile", help="MPI hostfile (mpi / nccl-tests runners)")
     p.add_argument("--timeout-per-run", type=float, help="seconds before a runner launch is killed")
     p.add_argument("--launcher", help="mpiexec (default), srun, or a launcher with arguments (mpi / nccl-tests)")
     p.add_argument("--binary", help="nccl-tests binary or build directory (--runner nccl-tests)")
-
-
-def runner_options(args) -> dict:
-    options = {}
-    if args.runner != "sim":
-        for key in ("np", "hostfile", "launcher", "binary"):
-            if getattr(args, key, None) is not None:
-                options[key] = getattr(args, key)
-        if args.timeout_per_run is not None:
-            options["timeout"] = args.timeout_per_run
-    return options
+    add_runner_option_arg(p)
 
 
 def run(args) -> int:
     import optuna
 
+    from runners import get_runner
+
     from ..tuning.sweep import TuneRequest, tune
 
-    check_tune_args(args)      # names, paths and URLs: before anything is created
-    if args.runner == "nccl-tests" and not args.binary:
-        raise InputError("--binary", "(missing)", "the nccl-tests binary or build directory for --runner nccl-tests")
-    if args.runner == "nccl-tests" and args.np is None and not args.launcher:
-        raise InputError("--np", "(missing)", "the number of ranks to launch (or a whole --launcher line) for "
-                                              "--runner nccl-tests")
+    check_tune_args(args)      # names, paths, URLs and the runner's options: before anything is created
+    runner = get_runner(args.runner)
+    options = runner_options_from_args(args, runner, FLAGS)
     if args.timeout is not None and args.timeout <= 0:
         raise InputError("--timeout", str(args.timeout), "a positive number of seconds")
     if not args.heartbeat >= 1:
@@ -86,8 +81,8 @@ def run(args) -> int:
     if not args.verbose:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("mlflow").setLevel(logging.WARNING)
-    request = TuneRequest(space=args.space, trials=args.trials, timeout=args.timeout, runner=args.runner,
-                          runner_options=runner_options(args), storage=args.storage, study=args.study,
+    request = TuneRequest(space=args.space, trials=args.trials, timeout=args.timeout, runner=runner.name,
+                          runner_options=options, storage=args.storage, study=args.study,
                           tracking_uri=args.tracking_uri, workers=args.workers, sampler=args.sampler, seed=args.seed,
                           out=args.out, resume=args.resume, margin=args.margin, synth_time_limit=args.synth_time_limit,
                           progress=None)

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from .hardware import HardwareProfile
+from ..errors import InputError
+from ..sizes import parse_size
+from .hardware import HardwareProfile, load_hardware
 
 NETWORK = "net"
 MAX_RANKS = 1024     # building the graph is quadratic in ranks: 2048 ndv2 ranks take minutes and gigabytes
@@ -88,6 +90,24 @@ def build_topology(profile: HardwareProfile, nodes: int = 1) -> nx.DiGraph:
                 out, into = f"n{nu}.nic{nic_of[u % gpn]}.out", f"n{nv}.nic{nic_of[v % gpn]}.in"
                 connect(u, v, "net", ((u, out), (out, NETWORK), (NETWORK, into), (into, v)))
     return graph
+
+
+def topology_for(hardware: str, nodes: int = 1, chunk_size: str | None = None) -> nx.DiGraph:
+    """The graph of ``nodes`` x the profile ``hardware`` (a name or a file; a TACCL JSON needs ``chunk_size``).
+
+    What ``--hardware``, ``--nodes`` and ``--chunk-size`` give; a bad one is an InputError naming the flag.
+    """
+    chunk = parse_size(chunk_size, "--chunk-size") if chunk_size else None
+    if nodes < 1:
+        raise InputError("--nodes", str(nodes), "a whole number >= 1")
+    profile = load_hardware(hardware, chunk)
+    if nodes * profile.gpus_per_node > MAX_RANKS:
+        raise InputError("--nodes", str(nodes),
+                         f"at most {MAX_RANKS // profile.gpus_per_node} nodes of {profile.name} ({MAX_RANKS} ranks in all)")
+    try:
+        return build_topology(profile, nodes)
+    except ValueError as err:
+        raise InputError(profile.source, "nics", str(err)) from None
 
 
 def _nic_of(profile: HardwareProfile) -> dict[int, int]:

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import logging
 import math
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import networkx as nx
 import pandas as pd
+
+from runners import Runner
 
 from ..model.algorithm import Algorithm, verify
 from ..model.collectives import make_collective
@@ -109,35 +113,30 @@ class WrongResults(RuntimeError):
     """A runner moved real data and found wrong elements: the algorithm is not exported, the trial fails."""
 
 
-def runner_times(algorithm: Algorithm, sizes: Sequence[int], runner: str, options: Mapping[str, Any],
-                 xml_text: str | None = None) -> tuple[list[float], pd.DataFrame]:
+def runner_times(algorithm: Algorithm, sizes: Sequence[int], runner: Runner, options: Any,
+                 runtime_text: str | None = None) -> tuple[list[float], pd.DataFrame]:
     """Out-of-place time per size from a real runner (raises WrongResults if any element was wrong).
 
-    nccl-tests runs MSCCL XML: given ``xml_text`` (lowered with the tuned protocol and instances) it
-    measures that file instead of lowering the algorithm with defaults.
+    A runner of a runtime file, given ``runtime_text`` (the algorithm lowered with the tuned protocol and
+    instances), measures that file instead of lowering the algorithm with defaults.
     """
-    import tempfile
-    from pathlib import Path
-
-    from runners import get_runner
-
-    with tempfile.TemporaryDirectory(prefix="autotaccl-xml-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="autotaccl-runtime-") as tmp:
         target: Any = algorithm
-        if xml_text is not None and runner == "nccl-tests":
-            target = Path(tmp) / "algorithm.xml"
-            target.write_text(xml_text)
-        frame = get_runner(runner).measure(target, list(sizes), **dict(options))
+        if runtime_text is not None:
+            target = Path(tmp) / f"algorithm{runner.runtime_file.suffix}"
+            target.write_text(runtime_text)
+        frame = runner.measure(target, list(sizes), options)
     wrong = frame["wrong"].fillna(0)
     if (wrong > 0).any():
         bad = frame.loc[wrong > 0, "size"].tolist()
-        raise WrongResults(f"{runner} runner found wrong elements at sizes {bad}")
+        raise WrongResults(f"{runner.name} runner found wrong elements at sizes {bad}")
     rows = frame[~frame["inplace"].astype(bool)] if (~frame["inplace"].astype(bool)).any() else frame
     by_size = rows.groupby("size")["time_us"].min()
     times = []
     for size in sizes:
         match = by_size[by_size.index <= size]
         if match.empty:
-            raise WrongResults(f"{runner} runner returned no row for size {size}")
+            raise WrongResults(f"{runner.name} runner returned no row for size {size}")
         times.append(float(match.iloc[-1]))
     return times, frame
 

@@ -1,8 +1,11 @@
 """The one place tuning talks to the lowering: algorithm -> MSCCL XML text, and the XML checker."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
+from runners import MSCCL_XML, Runner
+
+from ..errors import InputError
 from ..model.algorithm import Algorithm
 
 
@@ -22,3 +25,14 @@ def check(xml_text: str):
     from ..formats.msccl import check_xml
 
     return check_xml(xml_text)
+
+
+def lowering(runner: Runner) -> Callable[[Algorithm, str, int], str] | None:
+    """How a trial's algorithm (with its protocol and instances) becomes the file ``runner`` runs; None for
+    a runner of the algorithm IR."""
+    if runner.runtime_file is None:
+        return None
+    if runner.runtime_file.format == MSCCL_XML.format:
+        return lower_xml
+    raise InputError("--runner", runner.name, f"a runner of the IR or of a runtime file tuning writes "
+                                              f"({MSCCL_XML.format}), not of {runner.runtime_file.format}")

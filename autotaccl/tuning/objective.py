@@ -1,6 +1,6 @@
 """The Optuna objective of a sweep: sample -> sketch -> synthesize (cached) -> measure -> score -> MLflow.
 
-Two fidelities: every trial is simulated; with a real runner, only candidates whose simulated score is
+Two fidelities: every trial is simulated; with a real-hardware runner, only candidates whose simulated score is
 within ``margin`` of the best so far are measured, the rest are pruned with a ``prune_reason``.
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any, Mapping
 import optuna
 from optuna.trial import TrialState
 
+from runners import build_options, get_runner
 from runners.launch import JobError
 
 from .. import tracking
@@ -29,7 +30,7 @@ from .cache import SynthesisCache
 from .evaluate import (SizeResult, WrongResults, results_frame, runner_times, score, simulate_times, size_results,
                        synthesize_cached)
 from .explore import enqueue_unseen, is_repeat, stuck
-from .lowered import lower_xml
+from .lowered import lower_xml, lowering
 from .reference import Reference, load_reference
 from .space import load_space, params_to_sketch, sample, settings
 
@@ -50,7 +51,7 @@ class SweepConfig:
     parent_run_id: str
     reference: str
     runner: str = "sim"
-    runner_options: Mapping[str, Any] = field(default_factory=dict)
+    runner_options: Mapping[str, Any] = field(default_factory=dict)   # runners.options_dict of its Options
     margin: float = 0.10
     synth_time_limit: float | None = None
     trials: int = 20
@@ -85,6 +86,9 @@ class Objective:
         self.graph = self.space.graph()
         self.ranks = self.graph.number_of_nodes()
         self.reference: Reference = load_reference(Path(config.reference))
+        self.runner = get_runner(config.runner)
+        self.options = build_options(self.runner, config.runner_options)
+        self.lower = lowering(self.runner)
         self.cache = SynthesisCache(Path(config.out_dir) / "cache")
         self.client = tracking.MlflowClient(tracking_uri=config.tracking_uri)
 
@@ -125,7 +129,7 @@ class Objective:
         sim_score = score(sim)
         trial.set_user_attr("sim_score", sim_score)
         record["results"], record["fidelity"] = sim, "sim"
-        if cfg.runner != "sim":
+        if self.runner.real_hardware:
             best = best_sim_score(trial.study)
             if best is not None and sim_score > best * (1 + cfg.margin):
                 reason = (f"simulated score {sim_score:.4f} is more than {cfg.margin:.0%} above the best so far "
@@ -136,14 +140,13 @@ class Objective:
                 self._log(trial, record, "PRUNED", reason=reason)
                 raise optuna.TrialPruned(reason)
             try:
-                xml = None
-                if cfg.runner == "nccl-tests":
+                text = None
+                if self.lower is not None:
                     st = record["settings"]
-                    xml = lower_xml(synth.algorithm, st.protocol, st.instances)
-                with measuring(cfg.storage, cfg.out_dir, cfg.runner, cfg.runner_options) as window:
+                    text = self.lower(synth.algorithm, st.protocol, st.instances)
+                with measuring(cfg.storage, cfg.out_dir, self.runner.hosts(self.options)) as window:
                     trial.set_user_attr("measure_hosts", list(window.hosts))
-                    times, frame = runner_times(synth.algorithm, self.reference.sizes, cfg.runner,
-                                                cfg.runner_options, xml)
+                    times, frame = runner_times(synth.algorithm, self.reference.sizes, self.runner, self.options, text)
                 trial.set_user_attr("measure_window", [window.start, window.end])
             except (WrongResults, LoweringError, JobError) as err:   # bad runner options (InputError) stop the sweep
                 self._fail(trial, record, f"{cfg.runner} runner: {err}")

@@ -22,9 +22,14 @@ from typing import Any, Callable, Mapping, Sequence
 import optuna
 from optuna.trial import TrialState
 
+from runners import Runner, build_options, get_runner, options_dict
+
 from .. import tracking
+from ..cluster.lease import measuring
 from ..errors import InputError
 from ..model.algorithm import verify
+from .evaluate import runner_times
+from .lowered import lowering
 from .objective import Objective, SweepConfig, TrialFailed
 from .reference import Reference, compute_reference, load_reference, save_reference
 from .space import SearchSpace, load_space, sample, sketch_to_params
@@ -41,7 +46,7 @@ class TuneRequest:
     trials: int = 20
     timeout: float | None = None
     runner: str = "sim"
-    runner_options: Mapping[str, Any] = field(default_factory=dict)
+    runner_options: Any = field(default_factory=dict)     # option -> value, or the runner's Options dataclass
     storage: str | None = None
     study: str | None = None
     tracking_uri: str | None = None
@@ -122,8 +127,8 @@ def counted(trial: optuna.trial.FrozenTrial) -> bool:
 # --------------------------------------------------------------------------- driver
 
 
-def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, out: Path,
-            storage: str) -> tuple[SweepConfig, optuna.Study]:
+def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, out: Path, storage: str,
+            runner: Runner, options: Any) -> tuple[SweepConfig, optuna.Study]:
     """Reference, study, seeds, experiment and parent run for one collective: done once, by the driver."""
     name = space.experiment_name(collective)
     study_name = study_name_for(request, space, collective)
@@ -133,17 +138,13 @@ def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, o
 
     ref_path = sweeps / f"{study_name}.reference.json"
     ref = load_reference(ref_path) if ref_path.is_file() else None
-    if ref is None or ref.sizes != space.sizes or ref.runner != request.runner:
-        from .evaluate import runner_times
-
+    if ref is None or ref.sizes != space.sizes or ref.runner != runner.name:
         def measure(algorithm):
-            from ..cluster.lease import measuring
+            with measuring(storage, out, runner.hosts(options)):
+                return runner_times(algorithm, space.sizes, runner, options)[0]
 
-            with measuring(storage, out, request.runner, request.runner_options):
-                return runner_times(algorithm, space.sizes, request.runner, request.runner_options)[0]
-
-        ref = compute_reference(graph, collective, space.sizes, request.runner,
-                                None if request.runner == "sim" else measure)
+        ref = compute_reference(graph, collective, space.sizes, runner.name,
+                                measure if runner.real_hardware else None)
         for base in ref.algorithms:
             verify(ref.algorithm(base), graph)
         save_reference(ref, ref_path)
@@ -172,7 +173,7 @@ def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, o
     else:
         parent = tracking.start_sweep_run(
             client, experiment_id, f"sweep-{study_name}",
-            params={"space": Path(space.source).name, "sizes": ",".join(map(str, space.sizes)), "runner": request.runner,
+            params={"space": Path(space.source).name, "sizes": ",".join(map(str, space.sizes)), "runner": runner.name,
                     "sampler": request.sampler, "margin": request.margin, "seed": request.seed},
             tags={**target_tags, "optuna.study": study_name, "optuna.storage": storage})
         study.set_user_attr("mlflow_parent_run_id", parent)
@@ -181,7 +182,7 @@ def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, o
     config = SweepConfig(space=str(Path(space.source).resolve()), collective=collective, out_dir=str(out),
                          storage=storage, study_name=study_name, tracking_uri=client.tracking_uri,
                          experiment_id=experiment_id, parent_run_id=parent, reference=str(ref_path),
-                         runner=request.runner, runner_options=dict(request.runner_options), margin=request.margin,
+                         runner=runner.name, runner_options=options_dict(options), margin=request.margin,
                          synth_time_limit=request.synth_time_limit, trials=request.trials, timeout=request.timeout,
                          sampler=request.sampler, seed=request.seed)
     config.save(sweeps / f"{study_name}.json")
@@ -334,6 +335,9 @@ def tune(request: TuneRequest, collectives: Sequence[str] | None = None) -> list
     if request.workers < 1:
         raise InputError("--workers", str(request.workers), "a whole number >= 1")
     make_sampler(request.sampler, request.seed)
+    runner = get_runner(request.runner)
+    options = build_options(runner, request.runner_options)
+    lowering(runner)          # a runtime file tuning cannot write is bad input, found before anything is created
     chosen = list(collectives or space.collectives)
     for c in chosen:
         if c not in space.collectives:
@@ -354,7 +358,7 @@ def tune(request: TuneRequest, collectives: Sequence[str] | None = None) -> list
         with locks.Lock(storage, out, "prepare"):
             if request.resume:
                 _require_study(storage, space, request, collective)
-            config, study = outbox.retrying(prepare, request, space, collective, client, out, storage)
+            config, study = outbox.retrying(prepare, request, space, collective, client, out, storage, runner, options)
         done = len([t for t in study.get_trials(deepcopy=False) if counted(t)])
         remaining = request.trials - done
         log.info("%s: %d trial(s) done, %d to run", config.study_name, done, max(remaining, 0))

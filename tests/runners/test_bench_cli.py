@@ -14,9 +14,10 @@ from autotaccl.model.collectives import NAMES, Collective
 from autotaccl.model.hardware import load_hardware
 from autotaccl.model.topology import build_topology
 from autotaccl.simulate import simulate
-from runners import get_runner
-from runners.mpi import measure_many
+from runners import get_runner, sim
+from runners.mpi import MpiOptions, measure_many
 from runners.nccl_tests import parse
+from runners.sim import SimOptions
 
 pytestmark = pytest.mark.mpi
 
@@ -68,7 +69,7 @@ def test_every_baseline_moves_correct_data_on_real_ranks(profiles):
                 algorithms.append(Algorithm(f"{profile}-{coll}-{name}", a.collective, a.transfers))
     names = {a.name.split("-", 2)[2] for a in algorithms}
     assert {"ring", "tree", "direct", "hierarchical", "two-step"} <= names
-    frames = measure_many(algorithms, [24576], iters=1, warmup=0, check=True, timeout=120)
+    frames = measure_many(algorithms, [24576], MpiOptions(iters=1, warmup=0, check=True, timeout=120))
     for a, df in zip(algorithms, frames):
         assert len(df) == 2, a.name
         assert (df["wrong"] == 0).all(), (a.name, df)
@@ -77,18 +78,18 @@ def test_every_baseline_moves_correct_data_on_real_ranks(profiles):
 def test_sim_runner_wraps_the_simulator(profiles):
     graph = build_topology(load_hardware(profiles / "fc4.yaml"))
     a = ring_allgather(4)
-    df = get_runner("sim").measure(a, [1 << 20, 1 << 24], graph=graph)
+    df = sim.measure(a, [1 << 20, 1 << 24], graph)
     assert list(df["inplace"]) == [False, True, False, True]
     for size in (1 << 20, 1 << 24):
         times = df[df["size"] == size]["time_us"]
         assert (times == simulate(a, graph, size).time_us).all()
     assert ((df["busbw"] / df["algbw"]) - 3 / 4).abs().max() < 1e-12 and (df["wrong"] == 0).all()
-    same = get_runner("sim").measure(a, [1 << 20], hardware=str(profiles / "fc4.yaml"))
+    same = get_runner("sim").measure(a, [1 << 20], SimOptions(hardware=str(profiles / "fc4.yaml")))
     assert same["time_us"].iloc[0] == df["time_us"].iloc[0]
     with pytest.raises(InputError, match="4 ranks"):
-        get_runner("sim").measure(a, [1024], hardware="fully-connected")
+        get_runner("sim").measure(a, [1024], SimOptions(hardware="fully-connected"))
     broken = Algorithm("broken", a.collective, a.transfers[:-1])
-    bad = get_runner("sim").measure(broken, [1 << 20], graph=graph)
+    bad = sim.measure(broken, [1 << 20], graph)
     assert (bad["wrong"] > 0).all() and bad["busbw"].isna().all()
 
 
@@ -143,7 +144,7 @@ def test_synthesized_algorithms_move_correct_data_on_real_ranks(profiles):
         for coll in ("allgather", "reducescatter", "allreduce", "alltoall"):
             a = synthesize(graph, coll, options=SynthOptions(engine=engine, solver="highs", time_limit=20)).algorithm
             algorithms.append(Algorithm(f"{engine}-{coll}", a.collective, a.transfers))
-    frames = measure_many(algorithms, [24576, 1 << 20], iters=1, warmup=0, check=True, timeout=180)
+    frames = measure_many(algorithms, [24576, 1 << 20], MpiOptions(iters=1, warmup=0, check=True, timeout=180))
     for a, df in zip(algorithms, frames):
         assert len(df) == 4, a.name                     # 2 sizes x out-of-place and in-place
         assert (df["wrong"] == 0).all(), (a.name, df)

@@ -16,7 +16,7 @@ from autotaccl.model.algorithm import Algorithm, Transfer, verify
 from autotaccl.model.collectives import Collective
 from runners import get_runner
 from runners.launch import JobError, JobTimeout, alive
-from runners.mpi import measure_many
+from runners.mpi import MpiOptions, measure_many
 from runners.program import compile_rank
 from runners.progress import read_heartbeats
 
@@ -79,7 +79,7 @@ def job():
         verify(a)
     baselines = [Collective(n, R) for n in ("allgather", "reducescatter", "allreduce", "alltoall")]
     items = ALGORITHMS + corrupted() + baselines
-    frames = measure_many(items, [4096, 65536], iters=3, warmup=1, check=True, timeout=120)
+    frames = measure_many(items, [4096, 65536], MpiOptions(iters=3, warmup=1, check=True, timeout=120))
     return dict(zip([getattr(i, "name", None) if isinstance(i, Algorithm) else f"mpi-{i.name}" for i in items], frames))
 
 
@@ -137,13 +137,13 @@ def test_inplace_alltoall_waits_before_overwriting_live_input():
     recv = next(op for op in program.ops if op.kind == "recv")
     assert recv.writes == (("scratch", 0),)
     assert program.final_copies == ((("scratch", 0), ("out", 1)),)
-    df = get_runner("mpi").measure(a, [1024], iters=1, warmup=0, timeout=60)
+    df = get_runner("mpi").measure(a, [1024], MpiOptions(iters=1, warmup=0, timeout=60))
     assert (df["wrong"] == 0).all()
 
 
 def test_wrong_np_is_bad_input():
     with pytest.raises(InputError, match="--np"):
-        get_runner("mpi").measure(ring_allgather(), [1024], np=3)
+        get_runner("mpi").measure(ring_allgather(), [1024], MpiOptions(np=3))
 
 
 def _launch_in_thread(tmp_path: Path, timeout: float):
@@ -153,8 +153,8 @@ def _launch_in_thread(tmp_path: Path, timeout: float):
     def target():
         start = time.monotonic()
         try:
-            get_runner("mpi").measure(ring_allgather(), [1 << 16], iters=10 ** 6, warmup=0, check=False,
-                                      inplace=(False,), timeout=timeout, workdir=str(tmp_path))
+            options = MpiOptions(iters=10 ** 6, warmup=0, check=False, timeout=timeout, workdir=str(tmp_path))
+            measure_many([ring_allgather()], [1 << 16], options, inplace=(False,))
         except JobError as err:
             outcome["error"] = err
         outcome["seconds"] = time.monotonic() - start

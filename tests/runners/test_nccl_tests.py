@@ -18,7 +18,7 @@ from autotaccl.cli import main
 from autotaccl.errors import InputError
 from runners import get_runner
 from runners.launch import JobError
-from runners.nccl_tests import command, msccl_environment, parse, sweeps, xml_collective
+from runners.nccl_tests import NcclTestsOptions, command, msccl_environment, parse, sweeps, xml_collective
 from support import MSCCL_XML
 
 XML = MSCCL_XML / "ag_ring4_tools_oop.xml"
@@ -133,7 +133,7 @@ def test_environment_loads_the_xml_in_both_runtimes(tmp_path):
     assert [p.name for p in Path(env["MSCCL_ALGO_DIR"]).iterdir()] == [XML.name]
     assert set(msccl_environment(XML, "legacy", tmp_path)) == {"MSCCL_XML_FILES", "NCCL_ALGO"}
     with pytest.raises(InputError, match="--runtime"):
-        msccl_environment(XML, "new", tmp_path)
+        NcclTestsOptions(binary="b", np=1, runtime="new")
     assert xml_collective(XML) == "allgather"
 
 
@@ -183,9 +183,9 @@ def _mpiexec() -> str:
 
 @pytest.mark.mpi
 def test_runner_launches_with_the_xml_loaded_and_parses_the_table(stand_in, tmp_path):
-    df = get_runner("nccl-tests").measure(str(XML), [4096, 8192, 16384], binary=str(stand_in.parent),
-                                          launcher=f"{_mpiexec()} -n 2", iters=7, warmup=3, timeout=60,
-                                          workdir=str(tmp_path / "work"))
+    options = NcclTestsOptions(binary=str(stand_in.parent), launcher=f"{_mpiexec()} -n 2", iters=7, warmup=3,
+                               timeout=60, workdir=str(tmp_path / "work"))
+    df = get_runner("nccl-tests").measure(str(XML), [4096, 8192, 16384], options)
     calls = [json.loads(line) for line in (stand_in.parent / "calls.jsonl").read_text().splitlines()]
     assert sorted(c["rank"] for c in calls) == ["0", "1"]          # one process per rank, both launched
     argv = calls[0]["argv"][1:]
@@ -202,8 +202,8 @@ def test_runner_launches_with_the_xml_loaded_and_parses_the_table(stand_in, tmp_
 @pytest.mark.mpi
 def test_wrong_elements_fail_the_measurement(stand_in, monkeypatch):
     monkeypatch.setenv("STAND_IN_WRONG", "5")
-    df = get_runner("nccl-tests").measure(str(XML), [4096], binary=str(stand_in), launcher=[_mpiexec(), "-n", "2"],
-                                          timeout=60)
+    options = NcclTestsOptions(binary=str(stand_in), launcher=f"{_mpiexec()} -n 2", timeout=60)
+    df = get_runner("nccl-tests").measure(str(XML), [4096], options)
     assert (df["wrong"] == 5).all() and df["busbw"].isna().all()
 
 
@@ -213,13 +213,12 @@ def test_a_binary_that_prints_no_table_is_an_error(tmp_path):
     exe.write_text("#!/bin/sh\necho 'NCCL WARN no GPU found' >&2\nexit 3\n")
     exe.chmod(0o755)
     with pytest.raises(JobError, match="exit status 3.*no GPU"):
-        get_runner("nccl-tests").measure(str(XML), [4096], binary=str(exe), launcher=[_mpiexec(), "-n", "1"],
-                                         timeout=60)
+        get_runner("nccl-tests").measure(str(XML), [4096], NcclTestsOptions(binary=str(exe), np=1, timeout=60))
 
 
 def test_missing_binary_is_bad_input(tmp_path):
     with pytest.raises(InputError, match="--binary"):
-        get_runner("nccl-tests").measure(str(XML), [4096], binary=str(tmp_path), launcher="mpirun")
+        get_runner("nccl-tests").measure(str(XML), [4096], NcclTestsOptions(binary=str(tmp_path), launcher="mpirun"))
 
 
 @pytest.mark.mpi
@@ -228,8 +227,9 @@ def test_an_algorithm_is_lowered_to_xml_first(stand_in, tmp_path):
     from autotaccl.model.collectives import Collective
     ring = Algorithm("ring4", Collective("allgather", 4),
                      tuple(Transfer(((r - s) % 4,), r, (r + 1) % 4, s) for s in range(3) for r in range(4)))
-    df = get_runner("nccl-tests").measure(ring, [4096], binary=str(stand_in.parent), launcher=[_mpiexec(), "-n", "1"],
-                                          runtime="executor", timeout=60, workdir=str(tmp_path / "work"))
+    options = NcclTestsOptions(binary=str(stand_in.parent), np=1, runtime="executor", timeout=60,
+                               workdir=str(tmp_path / "work"))
+    df = get_runner("nccl-tests").measure(ring, [4096], options)
     env = json.loads((stand_in.parent / "calls.jsonl").read_text().splitlines()[0])["env"]
     assert env["MSCCL_XML_FILES"] is None and env["NCCL_MSCCL_ENABLE"] == "1"
     (xml,) = Path(env["MSCCL_ALGO_DIR"]).iterdir()

@@ -1,6 +1,7 @@
 """`autotaccl tune`: real Optuna journal storage, real MLflow SQLite store, the sim runner, real synthesis."""
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from optuna.trial import TrialState
 
 from autotaccl.cli import main
 from autotaccl.tuning.sweep import TuneRequest, tune
-from support import NDV2_SPACE, fresh_store, runs, write_space
+from support import NDV2_SPACE, fresh_store, install_runner, runs, write_space
 
 SIZES = [1024, 65536, 4194304]
 
@@ -180,46 +181,60 @@ ONE_NIC = {   # 2 GPUs per node, only GPU 0 reaches the network: a relay from GP
 }
 
 
-class WrongDataRunnerDouble:
-    """Test double for a real runner whose ranks computed a wrong result: it times algorithms with the
-    simulator and reports its first measurement of a synthesized algorithm as both fastest and wrong
-    (wrong > 0), as a faulty rank would; later measurements are right."""
+# Test double for a real runner whose ranks computed a wrong result, installed as a site's runner (a real
+# entry point): it times algorithms with the simulator and reports its first measurement of a synthesized
+# algorithm as both fastest and wrong (wrong > 0), as a faulty rank would; later measurements are right.
+WRONG_ONCE = """
+import socket
+from dataclasses import dataclass
 
-    name = "mpi"
+from autotaccl.model.topology import topology_for
+from runners import sim
 
-    def __init__(self, graph) -> None:
-        self.graph, self.corrupted = graph, 0
+corrupted = 0
 
-    def measure(self, algorithm, sizes, **options):
-        from runners import sim
 
-        frame = sim.measure(algorithm, sizes, graph=self.graph)
-        if "sketch_key" in algorithm.metadata and not self.corrupted:      # baselines have no sketch
-            self.corrupted += 1
+@dataclass(frozen=True)
+class Options:
+    hardware: str
+    nodes: int = 1
+
+
+class WrongOnce:
+    name = "wrong-once"
+    real_hardware = True
+    runtime_file = None
+    Options = Options
+
+    def hosts(self, options):
+        return (socket.gethostname(),)
+
+    def measure(self, algorithm, sizes, options):
+        global corrupted
+        frame = sim.measure(algorithm, sizes, topology_for(options.hardware, options.nodes))
+        if "sketch_key" in algorithm.metadata and not corrupted:      # baselines have no sketch
+            corrupted += 1
             frame["time_us"] = frame["time_us"] / 100          # it would win every size if it counted
             frame["wrong"] = 7
         return frame
+"""
 
 
 def test_infeasible_sketch_and_wrong_data_fail_their_trials_and_export_skips_them(tmp_path, monkeypatch):
-    import runners
-
-    from autotaccl.tuning.space import load_space
-
     (tmp_path / "pair1nic.yaml").write_text(yaml.safe_dump(ONE_NIC))
     space = write_space(tmp_path, {
         "target": {"hardware": "pair1nic.yaml", "nodes": 2, "collective": "allgather"}, "sizes": "1K,64K",
         "fixed": {"engine": "greedy"},
         "parameters": {"relay_map": {"type": "categorical", "choices": ["0:0", "1:1"]},
                        "protocol": {"type": "categorical", "choices": ["Simple", "LL"]}}})
-    double = WrongDataRunnerDouble(load_space(str(space)).graph())
-    real = runners.get_runner
-    monkeypatch.setattr(runners, "get_runner", lambda name: double if name == "mpi" else real(name))
+    monkeypatch.syspath_prepend(str(install_runner(tmp_path / "site", "wrong-once", "wrong_once:WrongOnce",
+                                                   WRONG_ONCE)))
     out = tmp_path / "runs"
     fresh_store(out)
     (summary,) = tune(TuneRequest(space=str(space), trials=4, out=str(out), sampler="bruteforce", seed=0,
-                                  runner="mpi", margin=10.0))
-    assert double.corrupted == 1, "the double reported one wrong result"
+                                  runner="wrong-once", margin=10.0,
+                                  runner_options={"hardware": str(tmp_path / "pair1nic.yaml"), "nodes": 2}))
+    assert importlib.import_module("wrong_once").corrupted == 1, "the double reported one wrong result"
 
     study = optuna.load_study(study_name=summary.study, storage=optuna.storages.JournalStorage(
         optuna.storages.journal.JournalFileBackend(str(out / "optuna.journal"))))
@@ -232,7 +247,8 @@ def test_infeasible_sketch_and_wrong_data_fail_their_trials_and_export_skips_the
         assert t.user_attrs["failure_reason"].startswith("synthesis:")
         assert "internode_conn 1->1: the topology has no link from rank 1" in t.user_attrs["failure_reason"]
     assert wrong[0].state == TrialState.FAIL and wrong[0].params["relay_map"] == "0:0"
-    assert wrong[0].user_attrs["failure_reason"].startswith("mpi runner: mpi runner found wrong elements at sizes")
+    assert wrong[0].user_attrs["failure_reason"].startswith(
+        "wrong-once runner: wrong-once runner found wrong elements at sizes")
     good = [t for t in trials if t not in infeasible and t not in wrong]
     assert good and all(t.state == TrialState.COMPLETE for t in good)      # the sweep went on past both
     assert len(trials) == 4                                  # every configuration of the space, once
