@@ -9,7 +9,7 @@ import networkx as nx
 
 from ..model.collectives import canonical_name
 from ..model.hardware import load_hardware
-from ..model.topology import MAX_RANKS, build_topology
+from ..model.topology import build_topology
 from ..sizes import parse_size
 
 
@@ -29,19 +29,8 @@ def add_hardware_args(parser: argparse.ArgumentParser) -> None:
 
 
 def topology_from_args(args: argparse.Namespace) -> nx.DiGraph:
-    from ..errors import InputError
-
     chunk = parse_size(args.chunk_size, "--chunk-size") if getattr(args, "chunk_size", None) else None
-    if args.nodes < 1:
-        raise InputError("--nodes", str(args.nodes), "a whole number >= 1")
-    profile = load_hardware(args.hardware, chunk)
-    if args.nodes * profile.gpus_per_node > MAX_RANKS:
-        raise InputError("--nodes", str(args.nodes),
-                         f"at most {MAX_RANKS // profile.gpus_per_node} nodes of {profile.name} ({MAX_RANKS} ranks in all)")
-    try:
-        return build_topology(profile, args.nodes)
-    except ValueError as err:
-        raise InputError(profile.source, "nics", str(err)) from None
+    return build_topology(load_hardware(args.hardware, chunk), args.nodes)
 
 
 def collective_arg(value: str) -> str:

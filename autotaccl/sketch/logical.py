@@ -11,7 +11,7 @@ from typing import Mapping
 import networkx as nx
 
 from ..errors import InfeasibleError, InputError
-from ..model.collectives import Collective, make_collective
+from ..model.collectives import MAX_CHUNKS, Collective, make_collective
 from .schema import Sketch
 
 
@@ -80,6 +80,9 @@ def logical_topology(graph: nx.DiGraph, collective: str | Collective, sketch: Sk
         if collective.ranks != ranks:
             raise InputError(src, "collective", f"a collective on {ranks} ranks (it has {collective.ranks})")
         coll = collective.with_chunkup(sketch.input_chunkup)
+    if coll.num_chunks > MAX_CHUNKS:
+        raise InputError(src, "hyperparameters.input_chunkup", f"a chunk-up that keeps {coll.name} on {ranks} ranks "
+                                                               f"within {MAX_CHUNKS} chunks ({coll.num_chunks})")
 
     edges: set[tuple[int, int]] = set()
     groups = [set(m) for m in sketch.switches] if sketch.intranode_strategy == "switch" else None
