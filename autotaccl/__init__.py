@@ -12,7 +12,7 @@ The Python API, in the order a sweep uses it::
     xml = autotaccl.lower(result.algorithm)
     space = autotaccl.load_space("demo")              # or autotaccl.space_from_dict({...})
     summaries = autotaccl.tune(autotaccl.TuneRequest(space=space, trials=10, out="runs"))
-    autotaccl.export(f"sqlite:///runs/mlflow.db", None, "table")
+    autotaccl.export("sqlite:///runs/mlflow.db", None, "table")
 
 Names are imported on first use (PEP 562), so ``import autotaccl`` does not load Optuna or MLflow: the
 ranks of an MPI job import ``autotaccl.model`` and pay for nothing else. Bad arguments raise

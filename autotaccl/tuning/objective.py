@@ -20,9 +20,9 @@ from runners.launch import JobError
 
 from .. import tracking
 from ..cluster.lease import measuring
+from ..documents import yaml_text
 from ..errors import InfeasibleError, InputError
 from ..formats.msccl import LoweringError
-from ..documents import yaml_text
 from ..model.algorithm import VerificationError, to_json
 from ..model.hardware import profile_to_dict
 from ..model.topology import fingerprint

@@ -23,7 +23,7 @@ import optuna
 from optuna.trial import TrialState
 
 from .. import tracking
-from ..cluster.heartbeat import INTERVAL
+from ..cluster.heartbeat import INTERVAL, open_storage  # RDB storages with heartbeats, or a journal
 from ..documents import write_yaml
 from ..errors import InputError, ParameterError
 from ..model.algorithm import verify
@@ -136,13 +136,6 @@ def storage_spec(storage: str | None, out: Path) -> str:
     return storage if "://" in storage else str(Path(storage).resolve())
 
 
-def open_storage(spec: str, heartbeat: float = INTERVAL):
-    """RDB storages with heartbeats every ``heartbeat`` seconds, or a journal file (autotaccl/cluster/heartbeat.py)."""
-    from ..cluster.heartbeat import open_storage as open_with_heartbeats
-
-    return open_with_heartbeats(spec, heartbeat)
-
-
 def counted(trial: optuna.trial.FrozenTrial) -> bool:
     """A finished trial that counts towards --trials (an interrupted one is redone on resume)."""
     return trial.state in FINISHED and not trial.user_attrs.get("interrupted")
@@ -159,7 +152,7 @@ def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, o
     sweeps = out / "sweeps"
     sweeps.mkdir(parents=True, exist_ok=True)
     graph = space.graph()
-    space_path = space_file(request, space, sweeps / study_name)
+    space_path = space_file(request, space, sweeps, study_name)
 
     ref_path = sweeps / f"{study_name}.reference.json"
     ref = load_reference(ref_path) if ref_path.is_file() else None
@@ -219,13 +212,13 @@ def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, o
     return config, study
 
 
-def space_file(request: TuneRequest, space: SearchSpace, stem: Path) -> Path:
+def space_file(request: TuneRequest, space: SearchSpace, sweeps: Path, study_name: str) -> Path:
     """The space file workers load: the request's own, or (a space given as an object) the space and its
-    hardware profile written beside ``stem`` (``sweeps/<study>``)."""
+    hardware profile written to ``sweeps/<study>.space.yaml`` and ``.hardware.yaml``."""
     if not isinstance(request.space, SearchSpace):
         return Path(space.source).resolve()
-    hardware = write_yaml(profile_to_dict(space.profile), stem.with_name(f"{stem.name}.hardware.yaml"))
-    return write_yaml(space_to_dict(space, str(hardware)), stem.with_name(f"{stem.name}.space.yaml"))
+    hardware = write_yaml(profile_to_dict(space.profile), sweeps / f"{study_name}.hardware.yaml")
+    return write_yaml(space_to_dict(space, str(hardware)), sweeps / f"{study_name}.space.yaml")
 
 
 def _run_exists(client, run_id: str) -> bool:
@@ -365,7 +358,7 @@ def _require_study(storage: str, space: SearchSpace, request: TuneRequest, colle
                                                                   include_best_trial=False)}
     if name not in names:
         raise ParameterError("TuneRequest.resume", name,
-                             f"an existing study in {storage} (start the sweep without resume first)")
+                             f"an existing study in {storage} (start the sweep first; resuming needs one)")
 
 
 def tune(request: TuneRequest, collectives: Sequence[str] | None = None) -> list[StudySummary]:
