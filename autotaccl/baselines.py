@@ -28,18 +28,20 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable, Sequence
+from typing import Iterable, Literal, Sequence, get_args
 
 import networkx as nx
 
-from .errors import InputError
+from .errors import ParameterError
 from .model.algorithm import Algorithm, Transfer, renumber_steps
 from .model.collectives import Collective, canonical_name
 from .model.topology import num_ranks
 
 log = logging.getLogger(__name__)
 
-ALGORITHMS = ("ring", "tree", "hierarchical", "direct", "two-step")
+BaselineName = Literal["ring", "tree", "hierarchical", "direct", "two-step"]
+ALGORITHMS: tuple[BaselineName, ...] = get_args(BaselineName)
+MAX_CHANNELS = 64       # each channel multiplies the transfers
 _FOR = {"ring": ("allgather", "reducescatter", "allreduce", "broadcast"),
         "tree": ("allreduce", "broadcast"),
         "hierarchical": ("allgather", "reducescatter", "allreduce"),
@@ -60,23 +62,23 @@ class _NotApplicable(Exception):
 def baseline(graph: nx.DiGraph, collective_name: str, algorithm_name: str, channels: int = 1) -> Algorithm:
     """The baseline ``algorithm_name`` for ``collective_name`` on ``graph``.
 
-    Raises InputError naming ``--algorithm`` if the baseline does not exist or does not apply
+    Raises ParameterError naming ``algorithm`` if the baseline does not exist or does not apply
     (wrong collective, one node for a multi-node scheme, or links that cannot carry it).
     """
     name = canonical_name(collective_name)
     algo = str(algorithm_name).strip().lower()
     if algo not in ALGORITHMS:
-        raise InputError("--algorithm", repr(algorithm_name), f"one of: {', '.join(ALGORITHMS)}")
+        raise ParameterError("algorithm", repr(algorithm_name), f"one of: {', '.join(ALGORITHMS)}")
     if name not in _FOR[algo]:
-        raise InputError("--algorithm", algo, f"an algorithm for {name}: {', '.join(_names_for(name))}")
-    if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
-        raise InputError("--channels", str(channels), "a whole number >= 1")
+        raise ParameterError("algorithm", algo, f"an algorithm for {name}: {', '.join(_names_for(name))}")
+    if isinstance(channels, bool) or not isinstance(channels, int) or not 1 <= channels <= MAX_CHANNELS:
+        raise ParameterError("channels", str(channels), f"a whole number in 1..{MAX_CHANNELS}")
     if channels != 1 and algo not in _CHANNELED:
-        raise InputError("--channels", str(channels), f"1 for {algo} (only {' and '.join(_CHANNELED)} take channels)")
+        raise ParameterError("channels", str(channels), f"1 for {algo} (only {' and '.join(_CHANNELED)} take channels)")
     try:
         return _BUILDERS[algo](graph, name, channels)
     except _NotApplicable as why:
-        raise InputError("--algorithm", algo, f"an algorithm that fits {graph.graph.get('name')} ({why})") from None
+        raise ParameterError("algorithm", algo, f"an algorithm that fits {graph.graph.get('name')} ({why})") from None
 
 
 def applicable_baselines(graph: nx.DiGraph, collective_name: str) -> list[str]:
@@ -105,7 +107,7 @@ def best_baseline(graph: nx.DiGraph, collective_name: str, size: int):
                   for channels in _channel_options(graph, algo))
     best, _ = fastest(candidates, graph, size)
     if best is None:
-        raise InputError("--collective", canonical_name(collective_name),
+        raise ParameterError("collective", canonical_name(collective_name),
                          f"a collective some baseline can run on {graph.graph.get('name')}")
     return best.candidate.label, best.candidate.algorithm, best.result
 

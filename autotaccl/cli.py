@@ -2,7 +2,8 @@
 
 Each command module defines ``register(subparsers)``, which adds its parser and sets ``func`` to a
 function taking the parsed arguments and returning an exit status. Bad input (an
-:class:`~autotaccl.errors.InputError`) becomes one line on stderr and exit status 2.
+:class:`~autotaccl.errors.InputError`) becomes one line on stderr and exit status 2; a bad argument the
+library names by its parameter (:class:`~autotaccl.errors.ParameterError`) is named by the flag that set it.
 """
 from __future__ import annotations
 
@@ -14,12 +15,36 @@ import sys
 from typing import Sequence
 
 from . import commands
-from .errors import InfeasibleError, InputError
+from .errors import InfeasibleError, InputError, ParameterError
+
+# library parameters whose command-line option has another name (``dest``); every other parameter is
+# its option's dest (``trials`` -> --trials, ``time_limit`` -> --time-limit)
+PARAMETER_DESTS = {"collectives": "collective", "experiments": "experiment"}
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
         self.exit(2, f"autotaccl: error: {self.prog}: {message}\n")
+
+
+def flags(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """Library parameter name -> the option of ``parser`` that sets it (its longest spelling).
+
+    argparse has no public listing of a parser's options; ``_actions`` is where it keeps them.
+    """
+    by_dest = {a.dest: max(a.option_strings, key=len) for a in parser._actions if a.option_strings}
+    by_dest.update({name: by_dest[dest] for name, dest in PARAMETER_DESTS.items() if dest in by_dest})
+    return by_dest
+
+
+def _leaves(parser: argparse.ArgumentParser):
+    """The parsers that run a command (``topo show``, not ``topo``)."""
+    groups = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not groups:
+        yield parser
+    for group in groups:
+        for child in dict.fromkeys(group.choices.values()):
+            yield from _leaves(child)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         importlib.import_module(f"{commands.__name__}.{info.name}").register(sub)
+    for leaf in _leaves(parser):
+        leaf.set_defaults(flags=flags(leaf))
     return parser
 
 
@@ -38,6 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except (InputError, InfeasibleError) as err:
+        if isinstance(err, ParameterError):
+            err = err.for_flags(args.flags)
         print(f"autotaccl: error: {err}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader (e.g. `head`) went away

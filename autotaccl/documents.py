@@ -1,4 +1,5 @@
-"""Reading a JSON or YAML file a user gave us: anything unreadable is one InputError naming file and line.
+"""Reading a JSON or YAML file a user gave us (anything unreadable is one InputError naming file and line),
+and writing our own YAML documents.
 
 YAML is only ever parsed with ``yaml.safe_load``.
 """
@@ -30,3 +31,16 @@ def read_document(path: Path, fmt: str | None = None) -> Any:
         raise InputError(str(path), f"line {mark.line + 1}" if mark else "document", "valid YAML") from None
     except RecursionError:
         raise InputError(str(path), "document", TOO_DEEP) from None
+
+
+def yaml_text(data: Any) -> str:
+    """``data`` (plain lists, mappings and scalars) as YAML that ``read_document`` reads back equal."""
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def write_yaml(data: Any, path: Path) -> Path:
+    """Write ``data`` as YAML atomically (a reader sees the old file or the whole new one)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(yaml_text(data))
+    tmp.replace(path)
+    return path

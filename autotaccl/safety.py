@@ -1,5 +1,8 @@
 """Checks on names, paths and storage URLs a user gives, made before anything is written.
 
+A path or URL is checked as the argument ``flag`` (a command-line flag, or a library parameter such as
+``TuneRequest.out``): the error is a :class:`~autotaccl.errors.ParameterError` naming it.
+
 Names that become file or directory names (hardware profile names, which make experiment and study
 names; ``--study``; search space names) must be one harmless path component. Names read back from a
 tracking store are sanitised with :func:`file_stem` instead, since the store may hold anything.
@@ -13,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from .errors import InputError
+from .errors import InputError, ParameterError
 
 NAME_EXPECTED = "a name of 1-128 printable characters without '/', '\\' or a leading '.' (it becomes a file name)"
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f/\\]")
@@ -39,7 +42,7 @@ def file_stem(text: str) -> str:
 def path_arg(value: str, flag: str) -> str:
     """A path argument: non-empty and without NUL bytes (the OS would refuse it mid-run)."""
     if not value or "\x00" in value:
-        raise InputError(flag, repr(value), "a non-empty path without NUL bytes")
+        raise ParameterError(flag, repr(value), "a non-empty path without NUL bytes")
     return value
 
 
@@ -47,7 +50,7 @@ def output_file(value: str, flag: str = "-o") -> Path:
     """A file to write: its directory exists and it is not itself a directory."""
     path = Path(path_arg(value, flag))
     if not path.parent.is_dir() or path.is_dir():
-        raise InputError(flag, repr(value), "a file path in an existing directory")
+        raise ParameterError(flag, repr(value), "a file path in an existing directory")
     return path
 
 
@@ -60,11 +63,11 @@ def output_dir(value: str, flag: str = "-o", replaces: tuple[str, ...] | None = 
     path = Path(path_arg(value, flag)).absolute()
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir():
-        raise InputError(flag, repr(value), f"a directory path ({existing} is a file)")
+        raise ParameterError(flag, repr(value), f"a directory path ({existing} is a file)")
     if replaces is not None and path.is_dir():
         foreign = sorted(p.name for p in path.iterdir() if not any(p.match(g) for g in replaces))
         if foreign:
-            raise InputError(flag, repr(value), f"a new directory or a previous output to replace (it holds "
+            raise ParameterError(flag, repr(value), f"a new directory or a previous output to replace (it holds "
                                                 f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''})")
     return path
 
@@ -74,7 +77,7 @@ def storage_url(value: str, flag: str = "--storage") -> str:
     path_arg(value, flag)
     if "://" not in value:
         if Path(value).is_dir():
-            raise InputError(flag, repr(value), "a journal file path, not a directory")
+            raise ParameterError(flag, repr(value), "a journal file path, not a directory")
         return value
     from sqlalchemy.engine import make_url
 
@@ -83,7 +86,7 @@ def storage_url(value: str, flag: str = "--storage") -> str:
         url = make_url(value)
         url.get_dialect().import_dbapi()
     except Exception as err:   # ArgumentError, NoSuchModuleError, a missing driver (ImportError)
-        raise InputError(flag, repr(value), f"{expected} ({type(err).__name__}: {err})".replace("\n", " ")) from None
+        raise ParameterError(flag, repr(value), f"{expected} ({type(err).__name__}: {err})".replace("\n", " ")) from None
     if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
         _parent_exists(url.database, value, flag)
     return value
@@ -96,7 +99,7 @@ def tracking_uri(value: str, flag: str = "--tracking-uri") -> str:
         return value        # a local directory (MLflow's file store)
     scheme = value.split("://", 1)[0].split("+", 1)[0].lower()
     if scheme not in TRACKING_SCHEMES:
-        raise InputError(flag, repr(value), f"a tracking URI with one of the schemes {', '.join(TRACKING_SCHEMES)}")
+        raise ParameterError(flag, repr(value), f"a tracking URI with one of the schemes {', '.join(TRACKING_SCHEMES)}")
     if scheme == "sqlite":
         from sqlalchemy.engine import make_url
 
@@ -108,20 +111,7 @@ def tracking_uri(value: str, flag: str = "--tracking-uri") -> str:
 
 def _parent_exists(database: str, value: str, flag: str) -> None:
     if not Path(database).parent.is_dir():
-        raise InputError(flag, repr(value), f"a database file in an existing directory ({Path(database).parent} is not one)")
-
-
-def check_tune_args(args) -> None:
-    """``autotaccl tune``'s --out, --storage, --tracking-uri and --study, before the run directory exists."""
-    output_dir(args.out, "--out")
-    if args.synth_time_limit is not None and not args.synth_time_limit > 0:
-        raise InputError("--synth-time-limit", str(args.synth_time_limit), "a positive number of seconds")
-    if args.storage is not None:
-        storage_url(args.storage)
-    if args.tracking_uri is not None:
-        tracking_uri(args.tracking_uri)
-    if args.study is not None:
-        safe_name(args.study, "--study", repr(args.study))
+        raise ParameterError(flag, repr(value), f"a database file in an existing directory ({Path(database).parent} is not one)")
 
 
 @contextmanager

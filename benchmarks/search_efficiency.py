@@ -21,7 +21,7 @@ import optuna
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autotaccl.tuning.cache import SynthesisCache  # noqa: E402
-from autotaccl.tuning.evaluate import score, simulate_times, size_results, synthesize_cached  # noqa: E402
+from autotaccl.tuning.evaluate import score, simulate_times, size_results, synth_options, synthesize_cached  # noqa: E402
 from autotaccl.tuning.reference import compute_reference  # noqa: E402
 from autotaccl.tuning.explore import enqueue_unseen, is_repeat, stuck  # noqa: E402
 from autotaccl.tuning.sweep import make_sampler  # noqa: E402
@@ -72,8 +72,8 @@ def main() -> int:
         table: dict[tuple, float] = {}
 
         def evaluate(params: dict) -> float:
-            st = settings(space, params)
-            synth = synthesize_cached(graph, collective, params_to_sketch(space, params), st, cache)
+            options = synth_options(settings(space, params))
+            synth = synthesize_cached(graph, collective, params_to_sketch(space, params), options, cache)
             results = size_results(simulate_times(synth.algorithm, graph, space.sizes), ref, collective,
                                    graph.number_of_nodes(), simulated=True)
             return score(results)

@@ -171,7 +171,7 @@ def test_ring_needs_a_cycle_direct_relays(topo, small_profile):
     assert applicable_baselines(graph, "allreduce") == []
     with pytest.raises(InputError) as err:
         baseline(graph, "allgather", "ring")
-    assert err.value.source == "--algorithm" and "no ring" in err.value.expected
+    assert err.value.parameter == "algorithm" and "no ring" in err.value.expected
     a2a = baseline(graph, "alltoall", "direct")
     verify(a2a, graph)
     assert {t.src for t in a2a.transfers if t.step == 1} == {0}, "leaves reach each other through the hub"
@@ -185,20 +185,20 @@ def test_ring_needs_a_cycle_direct_relays(topo, small_profile):
 def test_inapplicable_baselines_are_input_errors(topo, collective, algo, why):
     with pytest.raises(InputError, match=why) as err:
         baseline(topo("dgx-h100", 1), collective, algo)
-    assert err.value.source == "--algorithm"
+    assert err.value.parameter == "algorithm"
 
 
 def test_unknown_names(topo):
     graph = topo("ring", 1)
     with pytest.raises(InputError) as err:
         baseline(graph, "allgather", "butterfly")
-    assert err.value.source == "--algorithm" and all(a in err.value.expected for a in ALGORITHMS)
+    assert err.value.parameter == "algorithm" and all(a in err.value.expected for a in ALGORITHMS)
     with pytest.raises(InputError) as err:
         baseline(graph, "gather", "ring")
-    assert err.value.source == "--collective"
+    assert err.value.parameter == "collective"
     with pytest.raises(InputError) as err:
         baseline(graph, "allgather", "ring", channels=0)
-    assert err.value.source == "--channels"
+    assert err.value.parameter == "channels"
     with pytest.raises(InputError, match="only ring and tree") as err:
         baseline(graph, "alltoall", "direct", channels=2)
 

@@ -2,8 +2,9 @@
 
 RDB storages (PostgreSQL, SQLite) use Optuna's own heartbeats (``heartbeat_interval``/``grace_period``).
 ``JournalStorage`` has none (ecosystem.md §1.3), so each running trial of a journal sweep touches a file
-``<journal>.heartbeats/<trial id>`` every interval; a trial whose file is older than the grace period
-(measured against a file the reaper touches itself, so host clocks do not matter) is stale.
+``<journal>.heartbeats/<study>.<trial number>`` every interval; a trial whose file is older than the grace
+period (measured against a file the reaper touches itself, so host clocks do not matter) is stale. The
+interval (seconds, default 60) is the sweep's (``TuneRequest.heartbeat``); the grace period is 3 of them.
 
 The reaper runs in every worker before it admits a trial: a stale trial gets ``failure_reason`` and
 ``interrupted`` (so it does not count towards ``--trials``), becomes FAIL, and a clone of it is queued
@@ -25,22 +26,26 @@ from typing import Callable, Iterator
 
 import optuna
 from optuna.storages import JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
-from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
+
+from ..safety import file_stem
+from .internals import stale_trial_ids, storage, trial_id
 
 log = logging.getLogger(__name__)
 
 MAX_RETRY = 2
-ENV_INTERVAL = "AUTOTACCL_HEARTBEAT"      # seconds between heartbeats (default 60; grace = 3 intervals)
+INTERVAL = 60.0            # seconds between heartbeats, unless the sweep says otherwise
 
 
-def interval() -> int:
-    return max(1, int(float(os.environ.get(ENV_INTERVAL, "60"))))
+def beat_seconds(interval: float) -> int:
+    """The interval as the whole seconds Optuna's RDB heartbeat takes (at least 1)."""
+    return max(1, int(interval))
 
 
-def grace() -> int:
-    return 3 * interval()
+def grace(interval: float) -> int:
+    """Seconds of silence after which a trial's worker is taken for dead: 3 beats."""
+    return 3 * beat_seconds(interval)
 
 
 def worker_id() -> str:
@@ -67,13 +72,14 @@ class RetryStale(RetryHeartbeatStaleTrialCallback):
                                             user_attrs={"retry_of": trial.number}))
 
 
-def open_storage(spec: str):
-    """A URL -> ``RDBStorage`` with heartbeats; a path -> ``JournalStorage`` on that file."""
+def open_storage(spec: str, interval: float = INTERVAL):
+    """A URL -> ``RDBStorage`` beating every ``interval`` seconds; a path -> ``JournalStorage`` on that file."""
     if "://" in spec:
         kwargs = {} if spec.startswith("sqlite") else {"pool_pre_ping": True}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return RDBStorage(spec, engine_kwargs=kwargs, heartbeat_interval=interval(), grace_period=grace(),
+            return RDBStorage(spec, engine_kwargs=kwargs, heartbeat_interval=beat_seconds(interval),
+                              grace_period=grace(interval),
                               heartbeat_stale_trial_callback=RetryStale(max_retry=MAX_RETRY))
     Path(spec).parent.mkdir(parents=True, exist_ok=True)
     return JournalStorage(JournalFileBackend(spec))
@@ -84,26 +90,31 @@ def beat_dir(spec: str) -> Path | None:
     return None if "://" in spec else Path(spec).with_name(Path(spec).name + ".heartbeats")
 
 
+def beat_file(folder: Path, study: str, number: int) -> Path:
+    """Trial ``number`` of ``study``'s heartbeat file (a journal may hold several studies)."""
+    return folder / f"{file_stem(study)}.{number}"
+
+
 @contextmanager
-def beating(spec: str, trial_id: int) -> Iterator[None]:
-    """Touch the trial's heartbeat file every interval while the block runs (journal storages only)."""
+def beating(spec: str, study: str, number: int, interval: float = INTERVAL) -> Iterator[None]:
+    """Touch the trial's heartbeat file every ``interval`` seconds while the block runs (journal storages only)."""
     folder = beat_dir(spec)
     if folder is None:
         yield
         return
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / str(trial_id)
+    path = beat_file(folder, study, number)
     path.write_text(worker_id())
     stop = threading.Event()
 
     def run() -> None:
-        while not stop.wait(interval()):
+        while not stop.wait(beat_seconds(interval)):
             try:
                 os.utime(path)
             except OSError as err:          # a flaky shared file system: try again next beat
                 log.warning("heartbeat %s: %s", path, err)
 
-    thread = threading.Thread(target=run, name=f"heartbeat-{trial_id}", daemon=True)
+    thread = threading.Thread(target=run, name=f"heartbeat-{number}", daemon=True)
     thread.start()
     try:
         yield
@@ -138,55 +149,54 @@ def _orphaned(trial: FrozenTrial) -> bool:
     return host == socket.gethostname() and pid.isdigit() and not _alive(int(pid))
 
 
-def stale_trials(study: optuna.Study, spec: str) -> list[tuple[FrozenTrial, str]]:
-    """RUNNING trials whose worker is dead, with the reason."""
+def stale_trials(study: optuna.Study, spec: str, interval: float = INTERVAL) -> list[tuple[FrozenTrial, str]]:
+    """RUNNING trials whose worker is dead, with the reason (``interval``: the sweep's heartbeat, as the
+    storage was opened with)."""
     running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     if not running:
         return []
-    silent = f"stopped heartbeating for more than {grace()} s (killed or cut off)"
+    silent = f"stopped heartbeating for more than {grace(interval)} s (killed or cut off)"
     out = [(t, "process is gone") for t in running if _orphaned(t)]
-    storage = study._storage          # RDBStorage, wrapped by Optuna in a caching BaseHeartbeat
-    if isinstance(storage, BaseHeartbeat) and is_heartbeat_enabled(storage):
-        ids = set(storage._get_stale_trial_ids(study._study_id))    # what optuna.storages.fail_stale_trials uses
-        return out + [(t, silent) for t in running if t._trial_id in ids and not _orphaned(t)]
     folder = beat_dir(spec)
     if folder is None:
-        return out
+        ids = stale_trial_ids(study)
+        return out + [(t, silent) for t in running if trial_id(t) in ids and not _orphaned(t)]
     folder.mkdir(parents=True, exist_ok=True)
     now, wall = _fs_now(folder), time.time()
     for t in running:
         if _orphaned(t):
             continue
-        path = folder / str(t._trial_id)
+        path = beat_file(folder, study.study_name, t.number)
         try:
             age = now - path.stat().st_mtime
         except FileNotFoundError:      # not started beating (or an old sweep): judge by its start time
             start = t.datetime_start or datetime.datetime.now()
             age = wall - start.timestamp()
-        if age > grace():
+        if age > grace(interval):
             out.append((t, silent))
     return out
 
 
 def reap(study: optuna.Study, spec: str, on_failed: Callable[[FrozenTrial, str], None] | None = None,
-         complete: Callable[[FrozenTrial], None] | None = None) -> list[int]:
+         complete: Callable[[FrozenTrial], None] | None = None, interval: float = INTERVAL) -> list[int]:
     """Fail the stale trials of dead workers, queue their retries; returns the failed trial numbers.
 
     ``complete(trial)`` may first fill parameters the dead worker had not sampled yet."""
     failed = []
     callback = RetryStale(max_retry=MAX_RETRY)
-    for t, why in stale_trials(study, spec):
+    backend = storage(study)
+    for t, why in stale_trials(study, spec, interval):
         reason = f"worker {t.user_attrs.get('worker', '?')} {why}; the trial is retried"
         try:
             if complete is not None:
                 complete(t)
-            study._storage.set_trial_user_attr(t._trial_id, "failure_reason", reason)
-            study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
-            if not study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL):
+            backend.set_trial_user_attr(trial_id(t), "failure_reason", reason)
+            backend.set_trial_user_attr(trial_id(t), "interrupted", True)
+            if not backend.set_trial_state_values(trial_id(t), TrialState.FAIL):
                 continue
         except optuna.exceptions.UpdateFinishedTrialError:    # it finished (or another reaper won) meanwhile
             continue
-        frozen = study._storage.get_trial(t._trial_id)
+        frozen = backend.get_trial(trial_id(t))
         callback(study, frozen)
         log.warning("trial %d: %s", t.number, reason)
         failed.append(t.number)

@@ -22,6 +22,7 @@ from .. import tracking
 from ..errors import InputError
 from ..tracking import outbox
 from . import heartbeat, locks
+from .internals import stopped, storage, trial_id
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +33,14 @@ def run_trials(config, study: optuna.Study, objective, counted: Callable[[Frozen
     """Run trials of ``study`` until it has ``config.trials`` counted ones (or ``n_trials`` here, or the
     time-out); ``sample(trial)`` suggests a trial's parameters (called under the admission lock);
     ``failed_catch`` are the objective's own failure exceptions; ``after_trial()`` is called once each
-    trial of this worker has finished (progress). Returns trials run here."""
+    trial of this worker has finished (progress); a running trial heartbeats every ``config.heartbeat``
+    seconds. Returns trials run here."""
 
     gate = locks.Lock(config.storage, config.out_dir, f"admit:{config.study_name}")
     client = objective.client if hasattr(objective, "client") else tracking.MlflowClient(config.tracking_uri)
     deadline = None if config.timeout is None else time.monotonic() + config.timeout
-    poll = min(2.0, heartbeat.interval())
+    beat = config.heartbeat
+    poll = min(2.0, heartbeat.beat_seconds(beat))
     ran = 0
 
     reaped: list[tuple[FrozenTrial, str]] = []      # logged to MLflow outside the lock (it may retry for seconds)
@@ -52,7 +55,7 @@ def run_trials(config, study: optuna.Study, objective, counted: Callable[[Frozen
             sample(trial)            # under the lock: concurrent samplers see each other
         finally:
             gate.release()
-        with heartbeat.beating(config.storage, trial._trial_id):
+        with heartbeat.beating(config.storage, study.study_name, trial.number, beat):
             try:
                 return objective(trial)
             except (optuna.TrialPruned, InputError, KeyboardInterrupt, optuna.exceptions.UpdateFinishedTrialError,
@@ -62,7 +65,7 @@ def run_trials(config, study: optuna.Study, objective, counted: Callable[[Frozen
                 reason = f"unexpected error: {type(err).__name__}: {err}"
                 log.exception("trial %d: %s", trial.number, reason)
                 trial.set_user_attr("failure_reason", reason[:2000])
-                record_failure(client, config, study._storage.get_trial(trial._trial_id), reason)
+                record_failure(client, config, trial, reason)
                 raise _Failed(reason) from err
 
     while n_trials is None or ran < n_trials:
@@ -72,7 +75,7 @@ def run_trials(config, study: optuna.Study, objective, counted: Callable[[Frozen
         gate.acquire()
         try:
             heartbeat.reap(study, config.storage, lambda t, why: reaped.append((t, why)),
-                           lambda t: sample(_Completer(study, t)))
+                           lambda t: sample(_Completer(study, t)), beat)
             trials = study.get_trials(deepcopy=False)
             retried = {n for t in trials for n in t.system_attrs.get("retry_history", ())}
             done = sum(1 for t in trials if counted(t) and t.number not in retried)
@@ -90,7 +93,7 @@ def run_trials(config, study: optuna.Study, objective, counted: Callable[[Frozen
             ran += 1
             if after_trial is not None:
                 after_trial()
-            if study._stop_flag:       # the sampler stopped the study (BruteForce: space exhausted)
+            if stopped(study):       # the sampler stopped the study (BruteForce: space exhausted)
                 break
         finally:
             gate.release()
@@ -109,7 +112,7 @@ class _Completer:
     def _value(self, name: str, distribution, default):
         if name in self.trial.params:
             return self.trial.params[name]
-        self.study._storage.set_trial_param(self.trial._trial_id, name, distribution.to_internal_repr(default),
+        storage(self.study).set_trial_param(trial_id(self.trial), name, distribution.to_internal_repr(default),
                                             distribution)
         return default
 
@@ -127,7 +130,7 @@ class _Failed(RuntimeError):
     """An unexpected error in the objective, already recorded; fails the trial, not the worker."""
 
 
-def record_failure(client, config, trial: FrozenTrial, reason: str) -> None:
+def record_failure(client, config, trial: FrozenTrial | optuna.Trial, reason: str) -> None:
     """The MLflow run of a trial that failed outside the objective's own accounting."""
     outbox.log_run(client, config.out_dir, config.experiment_id, f"trial-{trial.number}",
                    parent_run_id=config.parent_run_id, params={k: v for k, v in trial.params.items()},

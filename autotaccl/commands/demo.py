@@ -16,13 +16,10 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     import optuna
-    import os
 
     from ..safety import output_dir
 
     output_dir(args.out, "--out")
-
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")   # one line per download otherwise
 
     from dashboards.report import build_report
 

@@ -19,9 +19,6 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     import logging
-    import os
-
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")   # one line per download otherwise
 
     from ..tuning.export import export
 

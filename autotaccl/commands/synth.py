@@ -4,10 +4,11 @@ from __future__ import annotations
 from ..baselines import best_baseline
 from ..bounds import bound_algbw, bounds
 from ..errors import InputError
+from ..milp.solution import SOLVERS
 from ..model.algorithm import save_algorithm
 from ..simulate import simulate
 from ..sizes import format_size, parse_size
-from ..sketch import default_sketch, load_sketch
+from ..sketch import ENGINES, default_sketch, load_sketch
 from ..synth import SynthOptions, synthesize
 from .common import print_json, add_hardware_args, collective_arg, topology_from_args
 
@@ -21,9 +22,9 @@ def register(subparsers) -> None:
                         help="allgather | reducescatter | allreduce | alltoall | broadcast")
     parser.add_argument("--sketch", help="TACCL sketch JSON or YAML (default: the hardware's default sketch)")
     parser.add_argument("--size", default="1M", help="buffer size to synthesize for (nccl-tests convention; default 1M)")
-    parser.add_argument("--engine", choices=("milp", "greedy"),
+    parser.add_argument("--engine", choices=ENGINES,
                         help="milp (TACCL's stages) or greedy (seconds); default: the sketch's, else milp")
-    parser.add_argument("--solver", choices=("auto", "highs", "gurobi"), default="auto", help="MILP solver (default auto)")
+    parser.add_argument("--solver", choices=SOLVERS, default="auto", help="MILP solver (default auto)")
     parser.add_argument("--time-limit", type=float, default=600.0, help="seconds per MILP stage (default 600)")
     parser.add_argument("--threads", type=int, default=1, help="solver threads (default 1)")
     parser.add_argument("--mip-gap", type=float, default=1e-4, help="relative MIP gap (default 1e-4)")

@@ -7,8 +7,8 @@ import sys
 from dataclasses import replace
 
 from ..errors import InputError
-from ..safety import check_tune_args
 from ..sizes import format_size
+from ..tuning.samplers import SAMPLERS
 from .common import RUNNER_HELP, add_runner_option_arg, runner_options_from_args
 
 
@@ -34,7 +34,7 @@ def register(subparsers) -> None:
     p.add_argument("--heartbeat", type=float, default=60.0,
                    help="seconds between a running trial's heartbeats; a trial silent for 3 of them is failed "
                         "and retried by another worker (default 60)")
-    p.add_argument("--sampler", default="tpe", choices=("tpe", "random", "bruteforce"))
+    p.add_argument("--sampler", default="tpe", choices=SAMPLERS)
     p.add_argument("--seed", type=int, help="sampler seed")
     p.add_argument("--out", default="autotaccl-runs", help="run directory (default ./autotaccl-runs)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -64,20 +64,8 @@ def run(args) -> int:
 
     from ..tuning.sweep import TuneRequest, tune
 
-    check_tune_args(args)      # names, paths, URLs and the runner's options: before anything is created
     runner = get_runner(args.runner)
-    options = runner_options_from_args(args, runner, FLAGS)
-    if args.timeout is not None and args.timeout <= 0:
-        raise InputError("--timeout", str(args.timeout), "a positive number of seconds")
-    if not args.heartbeat >= 1:
-        raise InputError("--heartbeat", str(args.heartbeat), "a number of seconds >= 1")
-    import os
-
-    from ..cluster.heartbeat import ENV_INTERVAL
-
-    os.environ[ENV_INTERVAL] = str(args.heartbeat)      # read by this process and the workers it starts
-    if not 0 <= args.margin <= 10:
-        raise InputError("--margin", str(args.margin), "a fraction such as 0.1")
+    options = runner_options_from_args(args, runner, FLAGS)   # the runner's options: before anything is created
     if not args.verbose:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("mlflow").setLevel(logging.WARNING)
@@ -85,7 +73,7 @@ def run(args) -> int:
                           runner_options=options, storage=args.storage, study=args.study,
                           tracking_uri=args.tracking_uri, workers=args.workers, sampler=args.sampler, seed=args.seed,
                           out=args.out, resume=args.resume, margin=args.margin, synth_time_limit=args.synth_time_limit,
-                          progress=None)
+                          heartbeat=args.heartbeat)
     from ..model.collectives import canonical_name
 
     collectives = [canonical_name(c) for c in args.collective] if args.collective else None

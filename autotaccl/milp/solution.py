@@ -2,16 +2,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import numpy as np
 
-SOLVERS = ("auto", "highs", "gurobi")
-STATUSES = ("optimal", "time_limit", "infeasible", "error")
+Solver = Literal["auto", "highs", "gurobi"]
+SOLVERS: tuple[Solver, ...] = get_args(Solver)
 
 
 @dataclass(frozen=True)
 class SolverOptions:
-    solver: str = "auto"            # auto | highs | gurobi
+    solver: Solver = "auto"
     time_limit: float = 600.0       # seconds
     mip_gap: float = 1e-4           # relative
     threads: int = 1
@@ -33,10 +34,6 @@ class Solution:
     variables: int
     constraints: int
     message: str = ""
-
-    @property
-    def has_values(self) -> bool:
-        return self.values is not None
 
 
 class NoSolutionError(RuntimeError):

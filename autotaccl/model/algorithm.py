@@ -20,12 +20,11 @@ import networkx as nx
 
 from ..documents import read_document
 from ..errors import InputError
-from .collectives import NAMES, Collective
+from .collectives import MAX_CHUNKS, NAMES, Collective
 
 FORMAT = "autotaccl-algorithm"
 VERSION = 1
 OPS = ("copy", "reduce")
-MAX_CHUNKS = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -125,7 +124,7 @@ def from_json(data: Any, source: str = "<algorithm>") -> Algorithm:
     if ints["root"] >= ints["ranks"]:
         raise fail("collective.root", f"a rank in 0..{ints['ranks'] - 1}")
     collective = Collective(coll["name"], ints["ranks"], ints["chunkup"], ints["root"])
-    if collective.num_chunks > MAX_CHUNKS:     # every consumer keeps per-chunk state: refuse, do not swap
+    if collective.num_chunks > MAX_CHUNKS:
         raise fail("collective.ranks", f"a collective of at most {MAX_CHUNKS} chunks (ranks x chunkup gives "
                                        f"{collective.num_chunks})")
     raw = data.get("transfers")

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Literal, get_args
 
-from ..errors import InputError
+from ..errors import InputError, ParameterError
 
-NAMES = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast")
+CollectiveName = Literal["allgather", "reducescatter", "allreduce", "alltoall", "broadcast"]
+NAMES: tuple[CollectiveName, ...] = get_args(CollectiveName)
+MAX_CHUNKS = 1 << 22     # every consumer keeps per-chunk state: more is refused, not swapped
 _ALIASES = {"allgather": "allgather", "all_gather": "allgather", "all-gather": "allgather", "ag": "allgather",
             "reducescatter": "reducescatter", "reduce_scatter": "reducescatter", "reduce-scatter": "reducescatter",
             "rs": "reducescatter", "allreduce": "allreduce", "all_reduce": "allreduce", "all-reduce": "allreduce",
@@ -27,11 +30,14 @@ _ALIASES = {"allgather": "allgather", "all_gather": "allgather", "all-gather": "
             "a2a": "alltoall", "broadcast": "broadcast", "bcast": "broadcast"}
 
 
-def canonical_name(name: str, source: str = "--collective") -> str:
-    """``"AllGather"``, ``"all_gather"``, ``"ag"`` -> ``"allgather"``."""
+def canonical_name(name: str, source: str | None = None) -> CollectiveName:
+    """``"AllGather"``, ``"all_gather"``, ``"ag"`` -> ``"allgather"``; an unknown name is bad input from
+    ``source`` (a file and field), or a bad ``collective`` argument without one."""
     key = str(name).strip().lower()
     if key not in _ALIASES:
-        raise InputError(source, repr(name), f"one of: {', '.join(NAMES)}")
+        expected = f"one of: {', '.join(NAMES)}"
+        raise ParameterError("collective", repr(name), expected) if source is None else \
+            InputError(source, repr(name), expected)
     return _ALIASES[key]
 
 

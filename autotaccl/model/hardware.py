@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 
 from ..documents import read_document
-from ..errors import InputError
+from ..errors import InputError, ParameterError
 from ..resources import data_dir
 from ..safety import safe_name
 
@@ -84,7 +84,7 @@ def load_hardware(spec: str | Path, chunk_bytes: int | None = None, cost_scale: 
     if not path.suffix and not path.exists():
         path = data_dir("hardware") / f"{spec}.yaml"
         if not path.exists():
-            raise InputError("--hardware", repr(str(spec)),
+            raise ParameterError("hardware", repr(str(spec)),
                              f"a profile file or one of: {', '.join(available_profiles())}")
     if not path.is_file():
         raise InputError(str(path), "file", "an existing hardware profile (YAML) or TACCL topology (JSON)")
@@ -230,6 +230,36 @@ def profile_from_dict(data: Any, source: str) -> HardwareProfile:
     return HardwareProfile(name=name, gpus_per_node=gpus, link_classes=classes, links=tuple(links),
                            switches=tuple(switches), nics=tuple(nics), source=source,
                            description=str(data.get("description", "")))
+
+
+def profile_to_dict(profile: HardwareProfile) -> dict[str, Any]:
+    """The profile as a YAML document of ``hardware/README.md``'s schema (``profile_from_dict`` reads it back
+    equal, whatever file it came from): what an MLflow run keeps so a trial can be rebuilt."""
+    out: dict[str, Any] = {"name": profile.name, "description": profile.description,
+                           "gpus_per_node": profile.gpus_per_node,
+                           "link_classes": {c.name: {"alpha_us": c.alpha_us, "bandwidth_GBps": c.bandwidth_GBps}
+                                            for c in profile.link_classes.values()}}
+    if profile.links:
+        out["links"] = {"class": profile.links[0].link_class,
+                        "pairs": [[link.a, link.b, link.count, link.link_class] for link in profile.links]}
+    if profile.switches:
+        out["switches"] = [{"class": s.link_class, "gpus": list(s.gpus)} for s in profile.switches]
+    nics = []
+    for i, nic in enumerate(profile.nics):
+        near = [g for g in nic.attach if g not in nic.far]
+        far = [g for g in nic.attach if g in nic.far]
+        vias = {nic.attach[g] for g in near}, {nic.attach[g] for g in far}
+        if len(vias[0]) > 1 or len(vias[1]) > 1 or None in vias[1]:
+            raise ValueError(f"{profile.source}: nics[{i}]: one via class for its GPUs and one for its far GPUs")
+        spec: dict[str, Any] = {"class": nic.link_class, "gpus": near}
+        if vias[0] != {None}:
+            spec["via"] = vias[0].pop()
+        if far:
+            spec.update(far_gpus=far, far_via=vias[1].pop())
+        nics.append(spec)
+    if nics:
+        out["nics"] = nics
+    return out
 
 
 def _list(r: _Reader, value: Any, where: str) -> list:

@@ -15,24 +15,37 @@ run max-flow over it. Nothing else has a private notion of a link.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 
 import networkx as nx
 
-from ..errors import InputError
+from ..errors import ParameterError
 from ..sizes import parse_size
-from .hardware import HardwareProfile, load_hardware
+from .hardware import HardwareProfile, load_hardware, profile_to_dict
 
 NETWORK = "net"
 MAX_RANKS = 1024     # building the graph is quadratic in ranks: 2048 ndv2 ranks take minutes and gigabytes
 
 
-def build_topology(profile: HardwareProfile, nodes: int = 1) -> nx.DiGraph:
-    """The graph of ``nodes`` copies of ``profile`` joined through their NICs."""
-    if nodes < 1:
-        raise ValueError("nodes must be at least 1")
+def nodes_problem(profile: HardwareProfile, nodes: object) -> str | None:
+    """What keeps ``nodes`` copies of ``profile`` from making one topology (None: nothing does)."""
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        return "a whole number >= 1"
+    if nodes * profile.gpus_per_node > MAX_RANKS:
+        return f"at most {MAX_RANKS // profile.gpus_per_node} nodes of {profile.name} ({MAX_RANKS} ranks in all)"
     if nodes > 1 and not profile.nics:
-        raise ValueError(f"profile {profile.name!r} has no NICs, so it cannot span {nodes} nodes")
+        return f"1 (profile {profile.name} has no NICs)"
+    return None
+
+
+def build_topology(profile: HardwareProfile, nodes: int = 1) -> nx.DiGraph:
+    """The graph of ``nodes`` copies of ``profile`` joined through their NICs (ParameterError ``nodes``
+    for a count it cannot be built for: see :func:`nodes_problem`)."""
+    problem = nodes_problem(profile, nodes)
+    if problem:
+        raise ParameterError("nodes", str(nodes), problem)
     gpn = profile.gpus_per_node
     cls = profile.link_classes
     cap = nx.DiGraph()
@@ -93,21 +106,10 @@ def build_topology(profile: HardwareProfile, nodes: int = 1) -> nx.DiGraph:
 
 
 def topology_for(hardware: str, nodes: int = 1, chunk_size: str | None = None) -> nx.DiGraph:
-    """The graph of ``nodes`` x the profile ``hardware`` (a name or a file; a TACCL JSON needs ``chunk_size``).
-
-    What ``--hardware``, ``--nodes`` and ``--chunk-size`` give; a bad one is an InputError naming the flag.
-    """
+    """The graph of ``nodes`` x the profile ``hardware`` (a name or a file; a TACCL JSON needs ``chunk_size``):
+    what ``--hardware``, ``--nodes`` and ``--chunk-size`` give."""
     chunk = parse_size(chunk_size, "--chunk-size") if chunk_size else None
-    if nodes < 1:
-        raise InputError("--nodes", str(nodes), "a whole number >= 1")
-    profile = load_hardware(hardware, chunk)
-    if nodes * profile.gpus_per_node > MAX_RANKS:
-        raise InputError("--nodes", str(nodes),
-                         f"at most {MAX_RANKS // profile.gpus_per_node} nodes of {profile.name} ({MAX_RANKS} ranks in all)")
-    try:
-        return build_topology(profile, nodes)
-    except ValueError as err:
-        raise InputError(profile.source, "nics", str(err)) from None
+    return build_topology(load_hardware(hardware, chunk), nodes)
 
 
 def _nic_of(profile: HardwareProfile) -> dict[int, int]:
@@ -119,6 +121,14 @@ def _nic_of(profile: HardwareProfile) -> dict[int, int]:
                 if g not in choice and (g not in nic.far or not near_only):
                     choice[g] = k
     return choice
+
+
+def fingerprint(graph: nx.DiGraph) -> str:
+    """A short hash of what the graph is built from: its profile's content (every number, link and NIC;
+    not its file name or description) and the node count. Equal fingerprints, equal graphs."""
+    content = {k: v for k, v in profile_to_dict(graph.graph["profile"]).items() if k != "description"}
+    text = json.dumps({"profile": content, "nodes": graph.graph["nodes"]}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 # --------------------------------------------------------------------------- queries

@@ -11,8 +11,8 @@ from typing import Mapping
 import networkx as nx
 
 from ..errors import InfeasibleError, InputError
-from ..model.collectives import Collective, make_collective
-from .schema import Sketch
+from ..model.collectives import MAX_CHUNKS, Collective, make_collective
+from .schema import IntranodeStrategy, Sketch, SwitchObjective
 
 
 @dataclass(frozen=True)
@@ -25,8 +25,8 @@ class LogicalTopology:
     senders: Mapping[int, frozenset[int]] = field(default_factory=dict)
     symmetry: tuple[tuple[int, int], ...] = ()   # [offset, size] rotations (taccl.md §4.7)
     enforce_ordering: bool = False         # a sender's own chunks cross the network before relayed ones
-    intranode_strategy: str = "none"       # none | switch | minmax | maxmin
-    switch_objective: str = "uc-min"       # uc-min | uc-max (only with the switch strategy)
+    intranode_strategy: IntranodeStrategy = "none"
+    switch_objective: SwitchObjective = "uc-min"     # only with the switch strategy
 
     def cost_us(self, src: int, dst: int, chunks: int = 1) -> float:
         """Time for ``chunks`` chunks on one link when nothing else shares it: alpha + bytes / bandwidth."""
@@ -80,6 +80,9 @@ def logical_topology(graph: nx.DiGraph, collective: str | Collective, sketch: Sk
         if collective.ranks != ranks:
             raise InputError(src, "collective", f"a collective on {ranks} ranks (it has {collective.ranks})")
         coll = collective.with_chunkup(sketch.input_chunkup)
+    if coll.num_chunks > MAX_CHUNKS:
+        raise InputError(src, "hyperparameters.input_chunkup", f"a chunk-up that keeps {coll.name} on {ranks} ranks "
+                                                               f"within {MAX_CHUNKS} chunks ({coll.num_chunks})")
 
     edges: set[tuple[int, int]] = set()
     groups = [set(m) for m in sketch.switches] if sketch.intranode_strategy == "switch" else None

@@ -22,7 +22,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import networkx as nx
 
@@ -30,13 +30,21 @@ from ..documents import read_document
 from ..errors import InfeasibleError, InputError
 from ..model.collectives import Collective, make_collective
 
-INTRANODE_STRATEGIES = ("none", "switch", "minmax", "maxmin")
-SWITCH_OBJECTIVES = ("uc-min", "uc-max")
-CONN_KEYWORDS = ("direct-map", "fully-connected")
-ENGINES = ("milp", "greedy")
-ORDERINGS = ("auto", "backward", "longest-first", "own-node-first", "own-node-earliest", "earliest-first")
-TACCL_HEURISTICS = {5: "backward", 10: "longest-first", 13: "own-node-first", 14: "own-node-earliest",
-                    15: "earliest-first"}
+# The choices of a sketch's fields: each a Literal type (for dataclasses) and its values (for argparse
+# ``choices=``, search-space knobs and validation), defined here once.
+IntranodeStrategy = Literal["none", "switch", "minmax", "maxmin"]
+SwitchObjective = Literal["uc-min", "uc-max"]
+ConnKeyword = Literal["direct-map", "fully-connected"]
+Engine = Literal["milp", "greedy"]               # the synthesis engines (autotaccl.synth)
+OrderingName = Literal["auto", "backward", "longest-first", "own-node-first", "own-node-earliest", "earliest-first"]
+INTRANODE_STRATEGIES: tuple[IntranodeStrategy, ...] = get_args(IntranodeStrategy)
+SWITCH_OBJECTIVES: tuple[SwitchObjective, ...] = get_args(SwitchObjective)
+CONN_KEYWORDS: tuple[ConnKeyword, ...] = get_args(ConnKeyword)
+ENGINES: tuple[Engine, ...] = get_args(Engine)
+ORDERINGS: tuple[OrderingName, ...] = get_args(OrderingName)
+TACCL_HEURISTICS: dict[int, OrderingName] = {5: "backward", 10: "longest-first", 13: "own-node-first",
+                                             14: "own-node-earliest", 15: "earliest-first"}
+MAX_CHUNKUP = 64       # each rank's buffer is split into ranks * chunkup chunks
 
 Pairs = tuple[tuple[int, tuple[int, ...]], ...]   # ((local GPU, (local GPUs...)), ...) sorted
 
@@ -50,23 +58,23 @@ class Sketch:
     """
 
     nnodes: int
-    intranode_strategy: str = "none"
+    intranode_strategy: IntranodeStrategy = "none"
     switches: tuple[tuple[int, ...], ...] = ()
-    switch_hyperedge_strategy: tuple[str, ...] = ()
-    internode_strategy: str | None = None          # "relay" (required when nnodes > 1)
-    internode_conn: str | Pairs | None = None      # "direct-map", "fully-connected" or sender -> receivers
+    switch_hyperedge_strategy: tuple[SwitchObjective, ...] = ()
+    internode_strategy: Literal["relay"] | None = None   # required when nnodes > 1
+    internode_conn: ConnKeyword | Pairs | None = None    # a keyword or sender -> receivers
     sender_map: Pairs | None = None                # gpus_to_sender_rev_map: sender -> GPUs whose chunks it carries out
     enforce_ordering: bool = False
     symmetry_offsets: tuple[tuple[int, int], ...] = ()
     input_chunkup: int = 1
-    engine: str | None = None
-    ordering: str = "auto"
+    engine: Engine | None = None
+    ordering: OrderingName = "auto"
     contiguity: bool = True
     batch_window: int = 6
     source: str = field(default="<sketch>", compare=False)
 
     @property
-    def switch_objective(self) -> str:
+    def switch_objective(self) -> SwitchObjective:
         """TACCL reads only the first switch's unique-connection strategy."""
         return self.switch_hyperedge_strategy[0] if self.switch_hyperedge_strategy else "uc-min"
 
@@ -220,8 +228,8 @@ def sketch_from_dict(data: Any, source: str = "<sketch>") -> Sketch:
 
     hyper = mapping(data.get("hyperparameters", {}), "hyperparameters", ("input_chunkup", "heuristic"))
     chunkup = integer(hyper.get("input_chunkup", 1), "hyperparameters.input_chunkup", 1)
-    if chunkup > 64:      # as search spaces allow; each rank's buffer is split into ranks * chunkup chunks
-        raise fail("hyperparameters.input_chunkup", "a whole number in 1..64")
+    if chunkup > MAX_CHUNKUP:
+        raise fail("hyperparameters.input_chunkup", f"a whole number in 1..{MAX_CHUNKUP}")
 
     own = mapping(data.get("autotaccl", {}), "autotaccl", ("engine", "ordering", "contiguity", "batch_window"))
     engine = own.get("engine")

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from ..milp.solution import StageReport
+from ..sketch import TACCL_HEURISTICS
 from ..sketch.logical import LogicalTopology
 from .routing import Routing, Send
 
 log = logging.getLogger(__name__)
 
-NAMES = {5: "backward", 10: "longest-first", 13: "own-node-first", 14: "own-node-earliest", 15: "earliest-first",
-         12: "combine-sum", 18: "combine-branch"}
+NAMES = {**TACCL_HEURISTICS, 12: "combine-sum", 18: "combine-branch"}     # plus combine's own two
 NUMBERS = {v: k for k, v in NAMES.items()}
 
 

@@ -18,42 +18,47 @@ from typing import Mapping
 import networkx as nx
 
 from .. import sketch as sketches
-from ..errors import InfeasibleError, InputError
+from ..errors import InfeasibleError, ParameterError
 from ..milp.gurobi import LicenceLimitError
-from ..milp.solution import NoSolutionError, SolverOptions, StageReport
+from ..milp.solution import SOLVERS, NoSolutionError, Solver, SolverOptions, StageReport
 from ..model.algorithm import Algorithm, verify
 from ..model.collectives import canonical_name
+from ..sketch import ENGINES, Engine
 from ..sketch.logical import LogicalTopology
 from .greedy import greedy
 
 log = logging.getLogger(__name__)
 
-ENGINES = ("milp", "greedy")
 MAX_ROUTING_CANDIDATES = 60_000   # (chunk, link) pairs beyond which the routing MILP is not attempted
 
 
 @dataclass(frozen=True)
 class SynthOptions:
-    engine: str = "milp"            # milp | greedy
-    solver: str = "auto"            # auto | highs | gurobi
+    """How to synthesize: everything besides the topology, the collective and the sketch that decides the result."""
+
+    engine: Engine = "milp"
+    solver: Solver = "auto"
     time_limit: float = 600.0       # seconds per MILP stage
     threads: int = 1
     mip_gap: float = 1e-4
     size: int = 1 << 20             # nccl-tests buffer size the schedule is tuned for (bytes)
 
     def __post_init__(self) -> None:
+        def fail(name: str, value: object, expected: str) -> ParameterError:
+            return ParameterError(f"SynthOptions.{name}", str(value), expected)
+
         if self.engine not in ENGINES:
-            raise InputError("--engine", repr(self.engine), f"one of: {', '.join(ENGINES)}")
-        if self.solver not in ("auto", "highs", "gurobi"):
-            raise InputError("--solver", repr(self.solver), "one of: auto, highs, gurobi")
+            raise fail("engine", repr(self.engine), f"one of: {', '.join(ENGINES)}")
+        if self.solver not in SOLVERS:
+            raise fail("solver", repr(self.solver), f"one of: {', '.join(SOLVERS)}")
         if not self.time_limit > 0:
-            raise InputError("--time-limit", str(self.time_limit), "a positive number of seconds")
+            raise fail("time_limit", self.time_limit, "a positive number of seconds")
         if self.threads < 1:
-            raise InputError("--threads", str(self.threads), "a whole number >= 1")
+            raise fail("threads", self.threads, "a whole number >= 1")
         if not self.mip_gap >= 0:
-            raise InputError("--mip-gap", str(self.mip_gap), "a number >= 0")
+            raise fail("mip_gap", self.mip_gap, "a number >= 0")
         if self.size <= 0:
-            raise InputError("--size", str(self.size), "a positive size")
+            raise fail("size", self.size, "a positive size")
 
 
 @dataclass(frozen=True)
@@ -150,7 +155,8 @@ def _milp(lt: LogicalTopology, options: SynthOptions, sketch) -> tuple[Algorithm
     except NoSolutionError as err:
         return _fallback(lt, options, sketch, str(err))
     except LicenceLimitError as err:   # only when gurobi was asked for by name; auto falls back to highs
-        raise InputError("--solver", "gurobi", f"a solver that admits this model ({err}); use auto or highs") from None
+        raise ParameterError("SynthOptions.solver", "gurobi",
+                             f"a solver that admits this model ({err}); use auto or highs") from None
     worst = "optimal" if all(s.status in ("optimal", "heuristic") for s in stages.values()) else "time_limit"
     chosen, report = _select(lt, options.size, algorithm, quick)
     stages = {**quick_stages, **stages, "select": report}

@@ -18,7 +18,7 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
-from ..errors import InputError
+from ..errors import ParameterError
 
 log = logging.getLogger(__name__)
 
@@ -38,14 +38,15 @@ def init_store(uri: str) -> MlflowClient:
     return client
 
 
-def existing_store(uri: str, flag: str = "--tracking-uri") -> str:
+def existing_store(uri: str) -> str:
     """``uri`` if it names an existing store: MLflow would silently create a new SQLite file otherwise."""
     if uri.startswith("sqlite:///"):
         path = Path(uri[len("sqlite:///"):])
         if not path.is_file():
-            raise InputError(flag, uri, "an existing MLflow store, e.g. sqlite:///autotaccl-runs/mlflow.db")
+            raise ParameterError("tracking_uri", uri, "an existing MLflow store, e.g. sqlite:///autotaccl-runs/mlflow.db")
     elif "://" not in uri:
-        raise InputError(flag, uri, "a tracking URI such as sqlite:///autotaccl-runs/mlflow.db or http://host:5000")
+        raise ParameterError("tracking_uri", uri,
+                             "a tracking URI such as sqlite:///autotaccl-runs/mlflow.db or http://host:5000")
     return uri
 
 
@@ -60,11 +61,11 @@ def autotaccl_experiments(tracking_uri: str, names: Iterable[str] | None) -> tup
         by_name = {e.name: e for e in found}
         missing = [n for n in names if n not in by_name]
         if missing:
-            raise InputError("--experiment", missing[0],
+            raise ParameterError("experiments", missing[0],
                              f"an autotaccl experiment in {tracking_uri} ({', '.join(sorted(by_name)) or 'none'})")
         found = [by_name[n] for n in names]
     if not found:
-        raise InputError("--tracking-uri", tracking_uri, "a store with at least one autotaccl tune experiment")
+        raise ParameterError("tracking_uri", tracking_uri, "a store with at least one autotaccl tune experiment")
     return client, sorted(found, key=lambda e: e.name)
 
 

@@ -1,24 +1,33 @@
-"""A synthesis cache on disk: one JSON file per (sketch key, engine, size, solver settings), never pickle.
+"""A synthesis cache on disk: one JSON file per configuration, never pickle.
+
+A configuration is everything synthesis depends on: the collective, the sketch, the topology (its
+profile's numbers and the node count, not only its shape) and every solver setting. Two sweeps that
+share ``--out`` share the cache, and reuse each other's algorithms only for equal configurations.
 
 Several workers may share the directory: a file is written to a temporary name and renamed, so a
 reader sees either nothing or a whole entry.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from ..model.algorithm import Algorithm, from_json, to_json
+from ..synth import SynthOptions
 
 log = logging.getLogger(__name__)
 
 
-def cache_key(sketch_key: str, engine: str, size: int, mip_gap: float | None = None) -> str:
-    gap = "" if mip_gap is None else f"-gap{mip_gap:g}"
-    return f"{sketch_key}-{engine}-{size}{gap}"
+def cache_key(collective: str, sketch_key: str, topology: str, options: SynthOptions) -> str:
+    """``<collective>-<sketch key>-<engine>-<size>-<topology fingerprint>-<hash of every solver setting>``."""
+    settings = json.dumps(asdict(options), sort_keys=True)
+    digest = hashlib.sha256(settings.encode()).hexdigest()[:8]
+    return f"{collective}-{sketch_key}-{options.engine}-{options.size}-{topology}-{digest}"
 
 
 class SynthesisCache:

@@ -19,6 +19,9 @@ from runners import Runner
 
 from ..model.algorithm import Algorithm, verify
 from ..model.collectives import make_collective
+from ..model.topology import fingerprint
+from ..sketch import sketch_key
+from ..synth import SynthOptions, synthesize
 from .cache import SynthesisCache, cache_key
 from .reference import Reference
 from .space import Settings
@@ -29,7 +32,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Synthesized:
     algorithm: Algorithm
-    key: str                 # cache key: collective, sketch key, engine, size, gap
+    key: str                 # cache key: collective, sketch, topology, solver settings (cache.cache_key)
     sketch_key: str
     status: str
     seconds: float
@@ -45,27 +48,29 @@ class Synthesized:
         return sum(int(s.get("constraints") or 0) for s in self.stages.values())
 
 
-def synthesize_cached(graph: nx.DiGraph, collective: str, sketch, settings: Settings, cache: SynthesisCache,
-                      time_limit: float | None = None) -> Synthesized:
-    """The synthesized, verified algorithm for ``sketch``; reuses the cache entry of an equal configuration."""
-    from ..sketch import sketch_key
-    from ..synth import SynthOptions, synthesize
+def synth_options(settings: Settings, time_limit: float | None = None) -> SynthOptions:
+    """How a trial synthesizes: its sample's engine, gap and size, one solver thread, the sweep's time limit."""
+    options: dict[str, Any] = {"engine": settings.engine, "size": settings.synth_size, "threads": 1}
+    if settings.mip_gap is not None:
+        options["mip_gap"] = settings.mip_gap
+    if time_limit is not None:
+        options["time_limit"] = time_limit
+    return SynthOptions(**options)
 
+
+def synthesize_cached(graph: nx.DiGraph, collective: str, sketch, options: SynthOptions,
+                      cache: SynthesisCache) -> Synthesized:
+    """The synthesized, verified algorithm for ``sketch``; reuses the cache entry of an equal configuration."""
     skey = sketch_key(sketch)
-    key = cache_key(f"{collective}-{skey}", settings.engine, settings.synth_size, settings.mip_gap)
+    key = cache_key(collective, skey, fingerprint(graph), options)
     hit = cache.get(key)
     if hit is not None:
         algorithm, info = hit
         verify(algorithm, graph)
         return Synthesized(algorithm, key, skey, info.get("status", "cached"), float(info.get("seconds", 0.0)),
                            info.get("stages", {}), cache_hit=True)
-    options: dict[str, Any] = {"engine": settings.engine, "size": settings.synth_size, "threads": 1}
-    if settings.mip_gap is not None:
-        options["mip_gap"] = settings.mip_gap
-    if time_limit is not None:
-        options["time_limit"] = time_limit
     start = time.perf_counter()
-    result = synthesize(graph, collective, sketch, SynthOptions(**options))
+    result = synthesize(graph, collective, sketch, options)
     seconds = float(getattr(result, "seconds", None) or time.perf_counter() - start)
     verify(result.algorithm, graph)
     stages = {name: {k: v for k, v in asdict(report).items()} for name, report in (result.stages or {}).items()}

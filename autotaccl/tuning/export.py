@@ -13,6 +13,7 @@ import html
 import json
 import logging
 import math
+import os
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -176,6 +177,7 @@ def _md(text: object) -> str:
 
 def export(tracking_uri: str, experiments: Sequence[str] | None, out_dir: str | Path) -> list[Range]:
     """Write table.csv/.md/.json, one XML per synthesized winning range and README.md into ``out_dir``."""
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")   # MLflow: a bar per download otherwise
     client, found = tracking.autotaccl_experiments(tracking_uri, experiments)
     out = Path(out_dir).resolve()
     with replaced_dir(out) as tmp:

@@ -21,14 +21,16 @@ from runners.launch import JobError
 
 from .. import tracking
 from ..cluster.lease import measuring
+from ..documents import yaml_text
 from ..errors import InfeasibleError, InputError
 from ..formats.msccl import LoweringError
 from ..model.algorithm import VerificationError, to_json
-from ..sizes import format_size
+from ..model.hardware import profile_to_dict
+from ..model.topology import fingerprint
 from ..tracking import outbox
 from .cache import SynthesisCache
 from .evaluate import (SizeResult, WrongResults, results_frame, runner_times, score, simulate_times, size_results,
-                       synthesize_cached)
+                       synth_options, synthesize_cached)
 from .explore import enqueue_unseen, is_repeat, stuck
 from .lowered import lower_xml, lowering
 from .reference import Reference, load_reference
@@ -58,6 +60,7 @@ class SweepConfig:
     timeout: float | None = None
     sampler: str = "tpe"
     seed: int | None = None
+    heartbeat: float = 60.0         # seconds between a running trial's heartbeats
 
     def save(self, path: Path) -> None:
         tmp = path.with_name(f".{path.name}.tmp")
@@ -84,6 +87,8 @@ class Objective:
         self.config = config
         self.space = load_space(config.space)
         self.graph = self.space.graph()
+        self.topology = fingerprint(self.graph)
+        self.hardware = yaml_text(profile_to_dict(self.space.profile))    # logged with every trial
         self.ranks = self.graph.number_of_nodes()
         self.reference: Reference = load_reference(Path(config.reference))
         self.runner = get_runner(config.runner)
@@ -114,7 +119,8 @@ class Objective:
             st = settings(self.space, params)
             record["sketch"] = sketch
             record["settings"] = st
-            synth = synthesize_cached(self.graph, cfg.collective, sketch, st, self.cache, cfg.synth_time_limit)
+            record["options"] = options = synth_options(st, cfg.synth_time_limit)
+            synth = synthesize_cached(self.graph, cfg.collective, sketch, options, self.cache)
         except (InfeasibleError, InputError, VerificationError) as err:
             self._fail(trial, record, f"synthesis: {err}")
         record["synth"] = synth
@@ -171,19 +177,22 @@ class Objective:
 
         cfg = self.config
         params: dict[str, Any] = {k: v for k, v in record["params"].items()}
-        params.update(collective=cfg.collective, target=self.space.target_name, runner=cfg.runner)
+        params.update(collective=cfg.collective, target=self.space.target_name, runner=cfg.runner,
+                      nodes=self.space.nodes, topology=self.topology)
         tags = {tracking.KIND: "trial", "state": state, "optuna.trial": trial.number, "optuna.study": cfg.study_name,
                 "collective": cfg.collective, "target": self.space.target_name}
         if reason:
             tags["failure_reason" if state == "FAIL" else "prune_reason"] = reason[:5000]
         metrics: dict[str, float] = {}
-        artifacts: dict[str, str | bytes] = {}
+        artifacts: dict[str, str | bytes] = {"hardware.yaml": self.hardware}    # with nodes: the topology
         if "sketch" in record:
             sketch_doc = sketch_to_dict(record["sketch"])
             params.update(tracking.flatten(sketch_doc, "sketch"))
             artifacts["sketch.json"] = json.dumps(sketch_doc, indent=1)
         if "settings" in record:
             params.update({f"settings.{k}": v for k, v in asdict(record["settings"]).items()})
+        if "options" in record:
+            params.update({f"synth.{k}": v for k, v in asdict(record["options"]).items()})
         synth = record.get("synth")
         if synth is not None:
             tags.update(sketch_key=synth.sketch_key, cache_key=synth.key, solver_status=synth.status, cache_hit=str(synth.cache_hit).lower())
@@ -231,7 +240,3 @@ class Objective:
                   "bound": (sizes, [b * factor for b in self.reference.bound_algbw])}
         title = f"{self.space.target_name} {self.config.collective}: trial {number}"
         return png_bytes(busbw_figure(series, title, {"bound": "k--", "best baseline": "s-"}))
-
-
-def describe_results(results: list[dict]) -> str:
-    return ", ".join(f"{format_size(r['size'])}: {r['relative']:.2f}x" for r in results)

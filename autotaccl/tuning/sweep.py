@@ -7,6 +7,7 @@ Layout of a run directory (default ``./autotaccl-runs``)::
     cache/                  synthesized algorithms by configuration key (JSON)
     sweeps/<study>.json     the SweepConfig every worker of a study reads
     sweeps/<study>.reference.json   baselines and bound at each sweep size
+    sweeps/<study>.space.yaml, .hardware.yaml   a space given as an object (not a file), for the workers
 """
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ import logging
 import subprocess
 import sys
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -25,24 +25,32 @@ from optuna.trial import TrialState
 from runners import Runner, build_options, get_runner, options_dict
 
 from .. import tracking
+from ..cluster.heartbeat import INTERVAL, open_storage  # RDB storages with heartbeats, or a journal
 from ..cluster.lease import measuring
-from ..errors import InputError
+from ..documents import write_yaml
+from ..errors import InputError, ParameterError
 from ..model.algorithm import verify
+from ..model.hardware import profile_to_dict
+from ..safety import output_dir, safe_name, storage_url, tracking_uri
 from .evaluate import runner_times
 from .lowered import lowering
 from .objective import Objective, SweepConfig, TrialFailed
 from .reference import Reference, compute_reference, load_reference, save_reference
-from .space import SearchSpace, load_space, sample, sketch_to_params
+from .samplers import SAMPLERS, Sampler, make_sampler
+from .space import SearchSpace, load_space, sample, sketch_to_params, space_to_dict
 
 log = logging.getLogger(__name__)
 
-SAMPLERS = ("tpe", "random", "bruteforce")
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
 @dataclass(frozen=True)
 class TuneRequest:
-    space: str
+    """One sweep: a search space (a file, a shipped space's name or a :class:`SearchSpace`) and how to run
+    and record its trials. Values are checked here (ParameterError ``TuneRequest.<field>``); paths and
+    URLs when :func:`tune` starts."""
+
+    space: str | Path | SearchSpace
     trials: int = 20
     timeout: float | None = None
     runner: str = "sim"
@@ -51,13 +59,49 @@ class TuneRequest:
     study: str | None = None
     tracking_uri: str | None = None
     workers: int = 1
-    sampler: str = "tpe"
+    sampler: Sampler = "tpe"
     seed: int | None = None
-    out: str = "autotaccl-runs"
+    out: str | Path = "autotaccl-runs"
     resume: bool = False        # the study must exist already (several hosts: start one, --resume the rest)
     margin: float = 0.10
     synth_time_limit: float | None = 60.0
+    heartbeat: float = INTERVAL     # seconds between a running trial's heartbeats (silent for 3: failed, retried)
     progress: Callable[[int, int, float | None], None] | None = None   # (done, requested, best) per trial
+
+    def __post_init__(self) -> None:
+        def fail(name: str, expected: str) -> ParameterError:
+            return ParameterError(f"TuneRequest.{name}", str(getattr(self, name)), expected)
+
+        def whole(value: Any) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool)
+
+        if not whole(self.trials) or self.trials < 1:
+            raise fail("trials", "a whole number >= 1")
+        if not whole(self.workers) or self.workers < 1:
+            raise fail("workers", "a whole number >= 1")
+        if self.timeout is not None and not self.timeout > 0:
+            raise fail("timeout", "a positive number of seconds")
+        if self.synth_time_limit is not None and not self.synth_time_limit > 0:
+            raise fail("synth_time_limit", "a positive number of seconds")
+        if not self.heartbeat >= 1:
+            raise fail("heartbeat", "a number of seconds >= 1")
+        if not 0 <= self.margin <= 10:
+            raise fail("margin", "a fraction such as 0.1")
+        if self.sampler not in SAMPLERS:
+            raise ParameterError("TuneRequest.sampler", repr(self.sampler), f"one of: {', '.join(SAMPLERS)}")
+        if self.study is not None:
+            try:
+                safe_name(self.study, "", "")
+            except InputError as err:
+                raise ParameterError("TuneRequest.study", repr(self.study), err.expected) from None
+
+    def check_paths(self) -> None:
+        """The run directory, storage and tracking URI can be used (before anything is created)."""
+        output_dir(str(self.out), "TuneRequest.out")
+        if self.storage is not None:
+            storage_url(self.storage, "TuneRequest.storage")
+        if self.tracking_uri is not None:
+            tracking_uri(self.tracking_uri, "TuneRequest.tracking_uri")
 
 
 @dataclass(frozen=True)
@@ -97,28 +141,6 @@ def storage_spec(storage: str | None, out: Path) -> str:
     return storage if "://" in storage else str(Path(storage).resolve())
 
 
-def open_storage(spec: str):
-    """RDB storages with heartbeats, or a journal file (autotaccl/cluster/heartbeat.py)."""
-    from ..cluster.heartbeat import open_storage as open_with_heartbeats
-
-    return open_with_heartbeats(spec)
-
-
-def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
-    if name == "tpe":
-        # univariate TPE: on enumerable sketch spaces it reached the optimum in fewer distinct evaluations
-        # than Optuna 5's multivariate default and than random sampling (benchmarks/search_efficiency.py);
-        # constant_liar stays on so concurrent workers avoid each other's running configurations
-        return optuna.samplers.TPESampler(seed=seed, multivariate=False, constant_liar=True)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if name == "bruteforce":
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.BruteForceSampler(seed=seed)
-    raise InputError("--sampler", repr(name), f"one of: {', '.join(SAMPLERS)}")
-
-
 def counted(trial: optuna.trial.FrozenTrial) -> bool:
     """A finished trial that counts towards --trials (an interrupted one is redone on resume)."""
     return trial.state in FINISHED and not trial.user_attrs.get("interrupted")
@@ -135,6 +157,7 @@ def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, o
     sweeps = out / "sweeps"
     sweeps.mkdir(parents=True, exist_ok=True)
     graph = space.graph()
+    space_path = space_file(request, space, sweeps, study_name)
 
     ref_path = sweeps / f"{study_name}.reference.json"
     ref = load_reference(ref_path) if ref_path.is_file() else None
@@ -149,7 +172,8 @@ def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, o
             verify(ref.algorithm(base), graph)
         save_reference(ref, ref_path)
 
-    study = optuna.create_study(study_name=study_name, storage=open_storage(storage), direction="minimize",
+    study = optuna.create_study(study_name=study_name, storage=open_storage(storage, request.heartbeat),
+                                direction="minimize",
                                 sampler=make_sampler(request.sampler, request.seed), load_if_exists=True)
     if not study.trials:
         from ..sketch import default_sketch
@@ -160,7 +184,7 @@ def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, o
             seeds.insert(0, default)
         for seed in seeds:
             study.enqueue_trial(dict(seed), skip_if_exists=True)
-        study.set_user_attr("space", str(Path(space.source).resolve()))
+        study.set_user_attr("space", str(space_path))
         study.set_user_attr("collective", collective)
 
     target_tags = {"autotaccl.target": space.target_name, "autotaccl.collective": collective,
@@ -173,20 +197,29 @@ def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, o
     else:
         parent = tracking.start_sweep_run(
             client, experiment_id, f"sweep-{study_name}",
-            params={"space": Path(space.source).name, "sizes": ",".join(map(str, space.sizes)), "runner": runner.name,
+            params={"space": space_path.name, "sizes": ",".join(map(str, space.sizes)), "runner": runner.name,
                     "sampler": request.sampler, "margin": request.margin, "seed": request.seed},
             tags={**target_tags, "optuna.study": study_name, "optuna.storage": storage})
         study.set_user_attr("mlflow_parent_run_id", parent)
         _log_baselines(client, experiment_id, parent, ref, space, collective)
 
-    config = SweepConfig(space=str(Path(space.source).resolve()), collective=collective, out_dir=str(out),
+    config = SweepConfig(space=str(space_path), collective=collective, out_dir=str(out),
                          storage=storage, study_name=study_name, tracking_uri=client.tracking_uri,
                          experiment_id=experiment_id, parent_run_id=parent, reference=str(ref_path),
                          runner=runner.name, runner_options=options_dict(options), margin=request.margin,
                          synth_time_limit=request.synth_time_limit, trials=request.trials, timeout=request.timeout,
-                         sampler=request.sampler, seed=request.seed)
+                         sampler=request.sampler, seed=request.seed, heartbeat=request.heartbeat)
     config.save(sweeps / f"{study_name}.json")
     return config, study
+
+
+def space_file(request: TuneRequest, space: SearchSpace, sweeps: Path, study_name: str) -> Path:
+    """The space file workers load: the request's own, or (a space given as an object) the space and its
+    hardware profile written to ``sweeps/<study>.space.yaml`` and ``.hardware.yaml``."""
+    if not isinstance(request.space, SearchSpace):
+        return Path(space.source).resolve()
+    hardware = write_yaml(profile_to_dict(space.profile), sweeps / f"{study_name}.hardware.yaml")
+    return write_yaml(space_to_dict(space, str(hardware)), sweeps / f"{study_name}.space.yaml")
 
 
 def _run_exists(client, run_id: str) -> bool:
@@ -322,26 +355,24 @@ def study_name_for(request: TuneRequest, space: SearchSpace, collective: str) ->
 
 def _require_study(storage: str, space: SearchSpace, request: TuneRequest, collective: str) -> None:
     name = study_name_for(request, space, collective)
-    names = {s.study_name for s in optuna.get_all_study_summaries(open_storage(storage), include_best_trial=False)}
+    names = {s.study_name for s in optuna.get_all_study_summaries(open_storage(storage, request.heartbeat),
+                                                                  include_best_trial=False)}
     if name not in names:
-        raise InputError("--resume", name, f"an existing study in {storage} (start the sweep without --resume first)")
+        raise ParameterError("TuneRequest.resume", name,
+                             f"an existing study in {storage} (start the sweep first; resuming needs one)")
 
 
 def tune(request: TuneRequest, collectives: Sequence[str] | None = None) -> list[StudySummary]:
-    """Run (or resume) one study per collective of the space; returns a summary per study."""
-    space = load_space(request.space)
-    if request.trials < 1:
-        raise InputError("--trials", str(request.trials), "a whole number >= 1")
-    if request.workers < 1:
-        raise InputError("--workers", str(request.workers), "a whole number >= 1")
-    make_sampler(request.sampler, request.seed)
+    """Run (or resume) one study per collective of the space (or of ``collectives``); a summary per study."""
+    request.check_paths()
+    space = request.space if isinstance(request.space, SearchSpace) else load_space(request.space)
     runner = get_runner(request.runner)
     options = build_options(runner, request.runner_options)
     lowering(runner)          # a runtime file tuning cannot write is bad input, found before anything is created
     chosen = list(collectives or space.collectives)
     for c in chosen:
         if c not in space.collectives:
-            raise InputError("--collective", c, f"one of the space's collectives: {', '.join(space.collectives)}")
+            raise ParameterError("collectives", c, f"one of the space's collectives: {', '.join(space.collectives)}")
     out = Path(request.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     storage = storage_spec(request.storage, out)

@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     config = SweepConfig.load(Path(args.config))
     seed = None if config.seed is None else config.seed + 1000 * (args.index + 1)
-    study = optuna.load_study(study_name=config.study_name, storage=open_storage(config.storage),
+    study = optuna.load_study(study_name=config.study_name, storage=open_storage(config.storage, config.heartbeat),
                               sampler=make_sampler(config.sampler, seed))
     outbox.limit_client_retries()
     optimize(config, study, args.n_trials)

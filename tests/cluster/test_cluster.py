@@ -112,19 +112,19 @@ def test_killed_worker_is_reaped_retried_and_measurements_never_overlap(tmp_path
     assert sorted(mine["tags.optuna.trial"].astype(int)) == [t.number for t in trials]
 
 
-def test_silent_workers_on_other_hosts_are_reaped_after_the_grace_period(tmp_path, postgres, monkeypatch):
+def test_silent_workers_on_other_hosts_are_reaped_after_the_grace_period(tmp_path, postgres):
     """Heartbeats decide when the worker is elsewhere: a journal file per trial, Optuna's heartbeat in PostgreSQL."""
     import os
     import time
 
     from optuna.distributions import IntDistribution
 
-    from autotaccl.cluster.heartbeat import ENV_INTERVAL, beating, reap
+    from autotaccl.cluster.heartbeat import beat_file, beating, reap
 
-    monkeypatch.setenv(ENV_INTERVAL, "1")                     # grace: 3 s
+    beat = 1                                                  # seconds; grace: 3 s
     space = {"x": IntDistribution(0, 9)}
     for spec in (str(tmp_path / "s.journal"), postgres):
-        study = optuna.create_study(study_name=unique("stale"), storage=open_storage(spec))
+        study = optuna.create_study(study_name=unique("stale"), storage=open_storage(spec, beat))
         alive, dead = study.ask(space), study.ask(space)
         for t in (alive, dead):
             t.set_user_attr("worker", "elsewhere:4242")
@@ -133,23 +133,23 @@ def test_silent_workers_on_other_hosts_are_reaped_after_the_grace_period(tmp_pat
             study._storage.record_heartbeat(alive._trial_id)
             time.sleep(2)
             study._storage.record_heartbeat(alive._trial_id)
-            assert reap(study, spec) == []
+            assert reap(study, spec, interval=beat) == []
             time.sleep(2.2)                                      # dead: 4.2 s silent, alive: 2.2 s
             study._storage.record_heartbeat(alive._trial_id)
         else:
             folder = tmp_path / "s.journal.heartbeats"
             folder.mkdir()
-            (folder / str(dead._trial_id)).write_text("elsewhere:4242")
+            beat_file(folder, study.study_name, dead.number).write_text("elsewhere:4242")
             old = time.time() - 10
-            os.utime(folder / str(dead._trial_id), (old, old))   # a worker killed 10 s ago
-            with beating(spec, alive._trial_id):
+            os.utime(beat_file(folder, study.study_name, dead.number), (old, old))   # a worker killed 10 s ago
+            with beating(spec, study.study_name, alive.number, beat):
                 time.sleep(3.5)                                  # longer than the grace, but beating
                 reasons = []
-                assert reap(study, spec, lambda t, r: reasons.append(r)) == [dead.number]
+                assert reap(study, spec, lambda t, r: reasons.append(r), interval=beat) == [dead.number]
                 assert reasons == ["worker elsewhere:4242 stopped heartbeating for more than 3 s (killed or cut off); "
                                    "the trial is retried"]
         if "://" in spec:
-            assert reap(study, spec) == [dead.number]
+            assert reap(study, spec, interval=beat) == [dead.number]
         trials = study.trials
         assert trials[alive.number].state == TrialState.RUNNING
         assert trials[dead.number].state == TrialState.FAIL and trials[dead.number].user_attrs["interrupted"]
@@ -271,17 +271,16 @@ def test_resume_without_a_study_is_one_line_of_bad_input(tmp_path):
         open_storage(str(tmp_path / "none.journal"))) == []
 
 
-def test_a_worker_killed_between_two_suggests_leaves_a_complete_trial_for_bruteforce(tmp_path, monkeypatch):
+def test_a_worker_killed_between_two_suggests_leaves_a_complete_trial_for_bruteforce(tmp_path):
     """BruteForce counts FAIL trials as visited and rejects half-sampled ones: the reaper completes them."""
     import os
     import time
 
-    from autotaccl.cluster.heartbeat import ENV_INTERVAL, beat_dir, reap
+    from autotaccl.cluster.heartbeat import beat_dir, beat_file, reap
     from autotaccl.cluster.loop import _Completer
     from autotaccl.tuning.space import load_space, sample
     from autotaccl.tuning.sweep import make_sampler
 
-    monkeypatch.setenv(ENV_INTERVAL, "1")
     space = load_space(str(write_space(tmp_path, CLUSTER_SPACE)))
     spec = str(tmp_path / "bf.journal")
     study = optuna.create_study(study_name="bf", storage=open_storage(spec), sampler=make_sampler("bruteforce", 0))
@@ -290,9 +289,9 @@ def test_a_worker_killed_between_two_suggests_leaves_a_complete_trial_for_brutef
     half.set_user_attr("worker", "elsewhere:77")
     folder = beat_dir(spec)
     folder.mkdir()
-    (folder / str(half._trial_id)).write_text("elsewhere:77")
-    os.utime(folder / str(half._trial_id), (time.time() - 30, time.time() - 30))
-    assert reap(study, spec, complete=lambda t: sample(_Completer(study, t), space)) == [half.number]
+    beat_file(folder, "bf", half.number).write_text("elsewhere:77")
+    os.utime(beat_file(folder, "bf", half.number), (time.time() - 30, time.time() - 30))
+    assert reap(study, spec, complete=lambda t: sample(_Completer(study, t), space), interval=1) == [half.number]
     dead = study.trials[half.number]
     assert dead.state == TrialState.FAIL and set(dead.params) >= {"internode_conn", "chunkup"}
     for _ in range(3):                                     # the retry and fresh trials sample without error

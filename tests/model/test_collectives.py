@@ -111,7 +111,7 @@ def test_aliases(alias, name):
 def test_unknown_collective_is_input_error():
     with pytest.raises(InputError) as err:
         make_collective("allscatter", 4)
-    assert err.value.source == "--collective" and "allgather" in err.value.expected
+    assert err.value.parameter == "collective" and "allgather" in err.value.expected
 
 
 @pytest.mark.parametrize("args", [("allgather", 1), ("allgather", 4, 0), ("broadcast", 4, 1, 4), ("gather", 4)])

@@ -1,12 +1,14 @@
 """Hardware profiles: shipped YAML files, TACCL topology JSON files unchanged, and malformed profiles."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from autotaccl.errors import InputError
-from autotaccl.model.hardware import available_profiles, load_hardware, profile_from_dict, taccl_cost_scale
+from autotaccl.model.hardware import (available_profiles, load_hardware, profile_from_dict, profile_to_dict,
+                                      taccl_cost_scale)
 from autotaccl.model.topology import build_topology
 
 SHIPPED = ["dgx-a100", "dgx-h100", "dgx2", "fully-connected", "ndv2", "ring", "torus2d"]
@@ -202,7 +204,7 @@ def test_bad_yaml_or_not_a_mapping(write_yaml, text, field):
 def test_unknown_profile_name_lists_the_shipped_ones():
     with pytest.raises(InputError) as err:
         load_hardware("ndv3")
-    assert err.value.source == "--hardware" and "ndv2" in err.value.expected
+    assert err.value.parameter == "hardware" and "ndv2" in err.value.expected
 
 
 def test_missing_profile_file(tmp_path):
@@ -215,3 +217,18 @@ def test_profile_from_dict_never_accepts_a_non_mapping():
     for value in (None, [], "ndv2", 3):
         with pytest.raises(InputError, match="document: a mapping"):
             profile_from_dict(value, "x.yaml")
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_a_profile_written_as_yaml_reads_back_equal(name, write_yaml):
+    profile = load_hardware(name)
+    path = write_yaml(profile_to_dict(profile), f"{name}-copy.yaml")
+    again = load_hardware(path)
+    assert again == dataclasses.replace(profile, source=str(path))
+    assert [list(nic.attach) for nic in again.nics] == [list(nic.attach) for nic in profile.nics]   # NIC order too
+
+
+def test_a_taccl_profile_written_as_yaml_needs_no_chunk_size_any_more(taccl_topo_dir, write_yaml):
+    profile = load_hardware(taccl_topo_dir / "topo-ndv2-1MB.json", chunk_bytes=MiB)
+    path = write_yaml(profile_to_dict(profile), "ndv2-1MB.yaml")
+    assert load_hardware(path) == dataclasses.replace(profile, source=str(path))

@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from autotaccl.model.hardware import load_hardware, profile_from_dict
-from autotaccl.model.topology import NETWORK, build_topology, capacity_graph, node_of, num_ranks, summarize
+from dataclasses import replace
+
+from autotaccl.errors import ParameterError
+from autotaccl.model.hardware import LinkClass, load_hardware, profile_from_dict
+from autotaccl.model.topology import (MAX_RANKS, NETWORK, build_topology, capacity_graph, fingerprint, node_of,
+                                      num_ranks, summarize)
 
 # (profile, nodes) -> edges by kind. Point links: 2 per pair; switch: G(G-1) per node; net: every GPU
 # with a NIC to every GPU with a NIC on another node.
@@ -108,10 +112,33 @@ def test_a_profile_without_nics_cannot_span_nodes(small_profile):
     del small_profile["nics"]
     profile = profile_from_dict(small_profile, "small.yaml")
     assert build_topology(profile, 1).number_of_edges() == 12
-    with pytest.raises(ValueError, match="no NICs"):
+    with pytest.raises(ParameterError, match="no NICs") as err:
         build_topology(profile, 2)
-    with pytest.raises(ValueError):
+    assert err.value.parameter == "nodes"
+    with pytest.raises(ParameterError, match="a whole number >= 1"):
         build_topology(load_hardware("ndv2"), 0)
+
+
+def test_the_rank_limit_is_checked_before_anything_is_built():
+    """2000 NDv2 nodes would take minutes and gigabytes to build: the library refuses them up front."""
+    with pytest.raises(ParameterError) as err:
+        build_topology(load_hardware("ndv2"), 2000)
+    assert (err.value.parameter, err.value.field) == ("nodes", "2000")
+    assert f"at most {MAX_RANKS // 8} nodes of ndv2" in err.value.expected
+
+
+def test_the_fingerprint_is_the_profile_content_and_the_node_count(topo, small_profile):
+    ndv2 = load_hardware("ndv2")
+    assert fingerprint(topo("ndv2", 2)) == fingerprint(build_topology(ndv2, 2))
+    # where the profile was read from and how it is described do not matter ...
+    assert fingerprint(build_topology(replace(ndv2, source="elsewhere.yaml", description="same numbers"), 2)) == \
+        fingerprint(topo("ndv2", 2))
+    # ... every number, the node count and the shape do
+    slower = dict(ndv2.link_classes, ib=LinkClass("ib", ndv2.link_classes["ib"].alpha_us, 10.0))
+    others = {fingerprint(topo("ndv2", 1)), fingerprint(topo("ndv2", 2)), fingerprint(topo("ndv2", 4)),
+              fingerprint(build_topology(replace(ndv2, link_classes=slower), 2)),
+              fingerprint(build_topology(replace(ndv2, links=ndv2.links[1:]), 2))}
+    assert len(others) == 5
 
 
 def test_point_link_count_multiplies_bandwidth(small_profile):

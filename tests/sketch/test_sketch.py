@@ -157,6 +157,21 @@ def test_nnodes_must_match_the_topology():
     assert err.value.field == "nnodes"
 
 
+def test_a_chunk_up_past_the_chunk_limit_is_refused_before_synthesis():
+    """AllToAll on 512 ranks has 512^2 chunks per chunk-up step: 17 of them would be 4.5M chunks."""
+    from autotaccl.model.collectives import MAX_CHUNKS
+
+    ring = build_topology(profile_from_dict({"name": "ring512", "gpus_per_node": 512,
+                                             "link_classes": {"nvlink": {"alpha_us": 0.7, "bandwidth_GBps": 25}},
+                                             "links": {"class": "nvlink", "pattern": "ring"}}, "ring512.yaml"))
+    assert logical_topology(ring, "alltoall", Sketch(nnodes=1, input_chunkup=16), 1 << 20).collective.num_chunks \
+        == 16 * 512 * 512 <= MAX_CHUNKS
+    with pytest.raises(InputError) as err:
+        logical_topology(ring, "alltoall", Sketch(nnodes=1, input_chunkup=17, source="big.json"), 1 << 20)
+    assert (err.value.source, err.value.field) == ("big.json", "hyperparameters.input_chunkup")
+    assert f"within {MAX_CHUNKS} chunks" in err.value.expected
+
+
 def _intra(g, nodes, gpn):
     return {(u, v) for u, v in g.edges if u // gpn == v // gpn}
 

@@ -7,8 +7,8 @@ import yaml
 
 from autotaccl.errors import InputError
 from autotaccl.sketch import Sketch, sketch_key
-from autotaccl.tuning.space import (enumerate_space, load_space, params_to_sketch, sample, settings, shipped_spaces,
-                                    sketch_dict)
+from autotaccl.sketch.knobs import sketch_document
+from autotaccl.tuning.space import enumerate_space, load_space, params_to_sketch, sample, settings, shipped_spaces
 
 GOOD = {
     "target": {"hardware": "ndv2", "nodes": 2, "collectives": ["allgather", "alltoall"]},
@@ -137,7 +137,23 @@ def test_enumeration_counts_conditional_configurations(tmp_path):
 def test_switch_hardware_sketch_declares_switches():
     space = load_space("dgx2x2")
     params = {**space.fixed, **space.seeds[0]}
-    d = sketch_dict(space, params)
+    d = sketch_document(space.profile, space.nodes, params)
     assert d["intranode_sketch"]["switches"] == [list(range(16))]
     assert d["internode_sketch"]["gpus_to_sender_rev_map"]["1"] == [0, 1]
     assert d["symmetry_offsets"] == [[2, 16], [16, 32]]
+
+
+@pytest.mark.parametrize("path", shipped_spaces(), ids=lambda p: p.stem)
+def test_a_space_written_back_reads_equal(path, tmp_path):
+    """What the sweep driver writes for its workers when a space is given as an object."""
+    from dataclasses import replace
+
+    from autotaccl.documents import write_yaml
+    from autotaccl.model.hardware import profile_to_dict
+    from autotaccl.tuning.space import space_to_dict
+
+    space = load_space(path)
+    hardware = write_yaml(profile_to_dict(space.profile), tmp_path / "hardware.yaml")
+    copy = load_space(write_yaml(space_to_dict(space, str(hardware)), tmp_path / "space.yaml"))
+    assert copy == replace(space, source=str(tmp_path / "space.yaml"), hardware=str(hardware))
+    assert copy.profile == replace(space.profile, source=str(hardware))

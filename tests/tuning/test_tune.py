@@ -87,8 +87,13 @@ def test_resume_with_two_workers_does_not_repeat_finished_trials(sweep, capsys):
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / "optuna.journal")))
     before = {t.number: (t.params, t.datetime_complete) for t in optuna.load_study(study_name=study_name,
                                                                                      storage=storage).trials}
+    import os
+
+    environment = dict(os.environ)
     assert main(["tune", "--space", str(space), "--trials", "5", "--workers", "2", "--out", str(out),
-                 "--sampler", "random", "--seed", "8", "--no-progress"]) == 0
+                 "--sampler", "random", "--seed", "8", "--heartbeat", "7", "--no-progress"]) == 0
+    assert dict(os.environ) == environment          # the heartbeat reaches the workers in their config
+    assert json.loads((out / "sweeps" / f"{study_name}.json").read_text())["heartbeat"] == 7
     study = optuna.load_study(study_name=study_name, storage=storage)
     finished = [t for t in study.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)]
     assert 5 <= len(finished) <= 6              # 2 more trials, at most one overshoot between the two workers
@@ -269,3 +274,91 @@ def test_infeasible_sketch_and_wrong_data_fail_their_trials_and_export_skips_the
     assert not set(table.run_id) & set(bad.run_id)          # failed runs are never exported
     exportable = set(mine[mine["tags.state"] == "COMPLETE"].run_id) | set(df[df["tags.autotaccl.kind"] == "baseline"].run_id)
     assert set(table.run_id) <= exportable
+
+
+def test_a_trial_is_reproduced_from_its_mlflow_run(sweep):
+    """The run holds the profile's content, the node count, the sketch and every solver setting: synthesizing
+    again from those alone gives the same algorithm."""
+    from dataclasses import fields
+
+    from autotaccl import SynthOptions, build_topology, load_hardware, load_sketch, synthesize
+    from autotaccl.model.algorithm import to_json
+    from autotaccl.model.topology import fingerprint
+
+    _, _, out, _, _ = sweep
+    df = runs(out)
+    ok = df[(df["tags.autotaccl.kind"] == "trial") & (df["tags.state"] == "COMPLETE")]
+    assert len(ok) >= 1
+    client = mlflow.MlflowClient()
+    for _, run in ok.iterrows():
+        where = out / "reproduce" / run.run_id
+        where.mkdir(parents=True)
+        files = {name: Path(client.download_artifacts(run.run_id, name, str(where)))
+                 for name in ("hardware.yaml", "sketch.json", "algorithm.json")}
+        graph = build_topology(load_hardware(files["hardware.yaml"]), int(run["params.nodes"]))
+        assert fingerprint(graph) == run["params.topology"]
+        defaults = SynthOptions()
+        options = SynthOptions(**{f.name: type(getattr(defaults, f.name))(run[f"params.synth.{f.name}"])
+                                  for f in fields(SynthOptions)})
+        assert options.time_limit == 60.0 and options.threads == 1     # the sweep's settings, not the defaults
+        again = synthesize(graph, run["params.collective"], load_sketch(files["sketch.json"]), options)
+        assert to_json(again.algorithm) == json.loads(files["algorithm.json"].read_text())
+
+
+def test_profiles_of_one_shape_with_other_numbers_do_not_share_schedules(tmp_path, topo):
+    """Two profiles with the same links but other bandwidths, one cache: each gets its own synthesis; equal
+    configurations (and only those) are served from the cache, also across solver settings."""
+    from dataclasses import replace
+
+    from autotaccl.model.algorithm import to_json
+    from autotaccl.model.hardware import LinkClass, load_hardware
+    from autotaccl.model.topology import build_topology
+    from autotaccl.sketch import default_sketch
+    from autotaccl.synth import SynthOptions
+    from autotaccl.tuning.cache import SynthesisCache
+    from autotaccl.tuning.evaluate import synthesize_cached
+
+    ndv2 = load_hardware("ndv2")
+    slow_net = replace(ndv2, link_classes={**ndv2.link_classes, "ib": LinkClass("ib", 2.6, 1.0)})
+    fast, slow = topo("ndv2", 2), build_topology(slow_net, 2)
+    sketch = default_sketch(fast, "allgather")
+    cache = SynthesisCache(tmp_path / "cache")
+    options = SynthOptions(engine="greedy", size=1 << 20, threads=1)
+    first = synthesize_cached(fast, "allgather", sketch, options, cache)
+    other = synthesize_cached(slow, "allgather", sketch, options, cache)
+    assert not first.cache_hit and not other.cache_hit and first.key != other.key
+    assert synthesize_cached(fast, "allgather", sketch, options, cache).cache_hit
+    again = synthesize_cached(slow, "allgather", sketch, options, cache)
+    assert again.cache_hit and again.key == other.key and to_json(again.algorithm) == to_json(other.algorithm)
+    for changed in (replace(options, time_limit=5.0), replace(options, solver="highs"), replace(options, threads=2)):
+        assert not synthesize_cached(fast, "allgather", sketch, changed, cache).cache_hit, changed
+    assert len(list((tmp_path / "cache").glob("*.json"))) == 5
+
+
+def test_a_space_object_runs_in_worker_processes(tmp_path):
+    """A SearchSpace built in Python has no file: the driver writes it (and its profile) for the workers,
+    and the sweep's heartbeat reaches them through their config, not the environment."""
+    import os
+    from dataclasses import replace
+
+    from autotaccl.tuning.space import load_space, space_from_dict
+
+    space = space_from_dict(NDV2_SPACE, "<python>")
+    out = tmp_path / "runs"
+    fresh_store(out)
+    environment = dict(os.environ)
+    (summary,) = tune(TuneRequest(space=space, trials=3, workers=2, heartbeat=7, out=str(out), sampler="random",
+                                  seed=3))
+    assert dict(os.environ) == environment
+    config = json.loads((out / "sweeps" / f"{summary.study}.json").read_text())
+    assert config["heartbeat"] == 7 and config["space"] == str(out / "sweeps" / f"{summary.study}.space.yaml")
+    written = load_space(config["space"])
+    assert written == replace(space, source=config["space"], hardware=written.hardware)
+    assert written.profile == replace(space.profile, source=written.hardware)
+    study = optuna.load_study(study_name=summary.study, storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(out / "optuna.journal"))))
+    finished = [t for t in study.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)]
+    assert len(finished) == 3 and summary.counts["COMPLETE"] >= 1
+    assert all(not t.user_attrs["worker"].endswith(f":{os.getpid()}") for t in finished)   # run by the workers
+    trials = runs(out)
+    assert (trials["tags.autotaccl.kind"] == "trial").sum() == 3

@@ -4,17 +4,18 @@ and the checker (which read it), plus the runtimes' constants (``msccl-xml-and-n
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Literal, Mapping, get_args
 
 from ...model.buffers import inplace_layout
 
-RUNTIMES = ("msccl-executor", "msccl")
-PROTOCOLS = ("Simple", "LL", "LL128")
+Runtime = Literal["msccl-executor", "msccl"]
+Protocol = Literal["Simple", "LL", "LL128"]
+RUNTIMES: tuple[Runtime, ...] = get_args(Runtime)
+PROTOCOLS: tuple[Protocol, ...] = get_args(Protocol)
 BUFFERS = ("i", "o", "s")
 STEP_TYPES = ("s", "r", "rcs", "rrs", "rrc", "rrcs", "cpy", "re", "nop", "ra")
 SENDS = frozenset(("s", "rcs", "rrs", "rrcs"))
 RECEIVES = frozenset(("r", "rcs", "rrs", "rrc", "rrcs"))
-REDUCES = frozenset(("rrs", "rrc", "rrcs", "re"))
 
 #: the ``coll`` value each runtime accepts for each collective (None: not accepted)
 COLL_NAMES = {
@@ -51,7 +52,6 @@ class Limits:
     dep_target_tb: int = 127
     nodes_per_rank: int = 4096
     max_offset: int = 32767
-    fused_re_sources: int = 16
     attrs_per_element: int = 16
     chars_per_value: int = 255
     children_per_element: int = 1024

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Literal, get_args
 
-from ....errors import InputError
+from ....errors import ParameterError
 from ..program import COLL_ACCEPTED, HEADER_REQUIRED, RUNTIMES, Program
 from .parse import read_xml
 from .replay import MAX_RACE_TBS, Replay
@@ -12,7 +13,9 @@ from .report import CheckReport, Problem
 from .static import collective_of, static_problems
 
 log = logging.getLogger(__name__)
-MODES = ("inplace", "outofplace", "both", "header")
+Mode = Literal["inplace", "outofplace", "both", "header"]
+MODES: tuple[Mode, ...] = get_args(Mode)
+MAX_SEEDS = 1000
 
 
 def detect_runtime(program: Program) -> str:
@@ -33,7 +36,7 @@ def header_modes(program: Program, runtime: str) -> tuple[str, ...]:
     return tuple(m for m, on in (("inplace", inplace), ("outofplace", out)) if on)
 
 
-def check_xml(path_or_text: str | Path, runtime: str = "auto", mode: str = "header", seeds: int = 8,
+def check_xml(path_or_text: str | Path, runtime: str = "auto", mode: Mode = "header", seeds: int = 8,
               seed: int = 0) -> CheckReport:
     """Check an MSCCL XML file (or text) for ``runtime`` (``auto``: from the header).
 
@@ -44,14 +47,16 @@ def check_xml(path_or_text: str | Path, runtime: str = "auto", mode: str = "head
     return check_program(program, source, runtime, mode, seeds, seed)
 
 
-def check_program(program: Program, source: str = "<program>", runtime: str = "auto", mode: str = "header",
+def check_program(program: Program, source: str = "<program>", runtime: str = "auto", mode: Mode = "header",
                   seeds: int = 8, seed: int = 0) -> CheckReport:
     if runtime == "auto":
         runtime = detect_runtime(program)
     if runtime not in RUNTIMES:
-        raise InputError("--runtime", repr(runtime), f"one of: auto, {', '.join(RUNTIMES)}")
+        raise ParameterError("runtime", repr(runtime), f"one of: auto, {', '.join(RUNTIMES)}")
     if mode not in MODES:
-        raise InputError("--mode", repr(mode), f"one of: {', '.join(MODES)}")
+        raise ParameterError("mode", repr(mode), f"one of: {', '.join(MODES)}")
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or not 0 <= seeds <= MAX_SEEDS:
+        raise ParameterError("seeds", str(seeds), f"a whole number in 0..{MAX_SEEDS}")
     modes = {"both": ("inplace", "outofplace"), "header": None}.get(mode, (mode,))
     if modes is None:
         modes = header_modes(program, runtime)

@@ -1,0 +1,43 @@
+"""The Optuna internals cluster/ relies on, in one place: Optuna has no public API for these.
+
+Tested with Optuna 5.0 (pyproject.toml pins ``optuna>=5.0,<5.1``); a new Optuna release must pass
+tests/cluster before the pin moves.
+
+* Writing to a trial another process is running (the reaper fails a dead worker's trial, records why,
+  and completes its parameters): ``Study`` and ``Trial`` only write to trials this process holds, and
+  ``Study.tell`` would run this worker's sampler hooks (BruteForce calls ``Study.stop``, which raises
+  outside ``optimize``). So these go to the study's storage (``BaseStorage``'s public methods) by trial id.
+* Which RDB trials' heartbeats are stale: ``optuna.storages.fail_stale_trials`` fails them, but the reaper
+  must record a reason before a trial is finished, and finished trials take no user attributes.
+* Whether the sampler stopped the study (BruteForce, once the space is exhausted): ``Study.stop`` sets a
+  flag that only ``optimize`` reads.
+"""
+from __future__ import annotations
+
+import optuna
+from optuna.storages import BaseStorage
+from optuna.storages._heartbeat import is_heartbeat_enabled
+from optuna.trial import FrozenTrial
+
+
+def storage(study: optuna.Study) -> BaseStorage:
+    return study._storage
+
+
+def trial_id(trial: FrozenTrial) -> int:
+    """The storage's id of ``trial`` (trial numbers count within a study, ids within the storage)."""
+    return trial._trial_id
+
+
+def stale_trial_ids(study: optuna.Study) -> set[int]:
+    """Ids of the study's RUNNING trials whose RDB heartbeat is older than the storage's grace period
+    (what ``fail_stale_trials`` would fail); empty for storages without heartbeats."""
+    backend = study._storage          # RDBStorage, wrapped by Optuna in a caching BaseHeartbeat
+    if not is_heartbeat_enabled(backend):
+        return set()
+    return set(backend._get_stale_trial_ids(study._study_id))
+
+
+def stopped(study: optuna.Study) -> bool:
+    """Whether the last ``optimize`` call ended because the sampler (or an objective) stopped the study."""
+    return study._stop_flag
