@@ -23,6 +23,7 @@ from .plan import (BUFFERS, NO_LIMIT, OP_NAMES, BufferRef, Channel, Gpu, META_KE
 MAX_RANKS = 1024
 MAX_CHUNKS = 1 << 20          # per buffer: far above any real plan, low enough to replay
 MAX_ITEMS = 1 << 16           # thread blocks per GPU, operations per thread block, list entries
+_KINDS = {"int": "a whole number", "bool": "true or false", "str": "a string", "list": "a list"}
 
 
 class _Reader:
@@ -43,7 +44,7 @@ class _Reader:
         path = f"{where}.{key}" if where else key
         if key not in obj:
             if default is ...:
-                raise self.fail(path, f"a {kind} (the executor reads it unconditionally)")
+                raise self.fail(path, f"{_KINDS[kind]} (the executor reads it unconditionally)")
             return default
         value = obj[key]
         if kind == "int":

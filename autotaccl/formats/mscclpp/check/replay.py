@@ -57,6 +57,13 @@ class _Tb:
     blocked: str | None = None
     idle: bool = True
 
+    # a block's accesses in segment s happen at epoch 2s; the plain reads of an operation that writes
+    # packets at 2s - 1, so what its packets carry covers them (those threads wrote the packets after
+    # reading) but not the rest of the segment; its own clock entry is 2s - 2 until the next nop
+    @property
+    def epoch(self) -> int:
+        return 2 * self.seg
+
 
 @dataclass
 class _Proxy:
@@ -201,12 +208,12 @@ class Replay:
             t = self.tbs[k]
             if t.vc is not None:
                 np.maximum(vc, t.vc, out=vc)
-                vc[t.lane] = t.seg
+                vc[t.lane] = 2 * t.seg
                 if t.pending is not None:
                     np.maximum(vc, t.pending, out=vc)
-        epoch = call + 2
+        epoch = 2 * call + 3                       # the host reads at this epoch, then writes at the next
         vc[rank] = epoch - 1
-        who = ("host", rank, call + 1)
+        who = ("host", rank, call + 1)             # reads the result of the call that ended (1-based)
         plan = self.plan
         if call >= 0:
             g = plan.gpus[rank]
@@ -229,6 +236,9 @@ class Replay:
         if call + 1 >= self.calls:
             return None
         g = plan.gpus[rank]
+        vc[rank] = epoch
+        epoch += 1
+        who = ("host", rank, call + 2)             # the inputs of the next call (1-based)
         for unit in range(g.input_chunks * self.U):
             cell = self.canon(rank, "i", 0, unit)
             self._access(cell, rank, epoch, vc, who, True)
@@ -244,7 +254,7 @@ class Replay:
             else:
                 t.seg += 1
                 np.maximum(t.vc, vc, out=t.vc)
-            t.vc[t.lane] = t.seg - 1
+            t.vc[t.lane] = 2 * t.seg - 2
             t.blocked = None
             self.ready.append(k)
         self._wake(("start", rank))
@@ -306,7 +316,7 @@ class Replay:
                         np.maximum(join, u.vc, out=join)
                     for u in rounds[1]:
                         np.maximum(u.vc, join, out=u.vc)
-                        u.vc[u.lane] = u.seg - 1
+                        u.vc[u.lane] = 2 * u.seg - 2
                         u.barrier_round = -1
                     rounds[0] += 1
                     rounds[1] = []
@@ -330,12 +340,11 @@ class Replay:
 
     # ------------------------------------------------------------------ execution
     def _close_segment(self, t: _Tb) -> None:
-        t.vc[t.lane] = t.seg
+        t.vc[t.lane] = 2 * t.seg
         if t.pending is not None:
             np.maximum(t.vc, t.pending, out=t.vc)
             t.pending = None
         t.seg += 1
-        t.vc[t.lane] = t.seg - 1
 
     def _acquire(self, t: _Tb, vc: np.ndarray | None) -> None:
         if vc is None:
@@ -388,7 +397,7 @@ class Replay:
                 if op.channel_type == "memory":
                     src = self.cells(rank, op.src[0].type, op.src[i], op.tbg, half)
                     out = self.cells(rb.rank, rb.type, dst, op.tbg, 0)
-                    self._move(t.lane, t.seg, t.vc, who, src, out)
+                    self._move(t.lane, t.epoch, t.vc, who, src, out)
                 else:
                     j = tb.channel_list("port")[op.channel_ids[i]]
                     src = self.cells(rank, op.src[i].type, op.src[i], op.tbg, 0)
@@ -405,9 +414,9 @@ class Replay:
                 # buffer at the local reference's offset (handleGet); with equal indices they agree
                 local = self.cells(rank, op.dst[i].type, src, op.tbg, half)
                 remote = self.cells(rb.rank, rb.type, op.dst[i], op.tbg, 0)
-                self._move(t.lane, t.seg, t.vc, who, remote, local)
+                self._move(t.lane, t.epoch, t.vc, who, remote, local)
         elif name == "copy":
-            self._move(t.lane, t.seg, t.vc, who, self.cells(rank, op.src[0].type, op.src[0], op.tbg, half),
+            self._move(t.lane, t.epoch, t.vc, who, self.cells(rank, op.src[0].type, op.src[0], op.tbg, half),
                        self.cells(rank, op.dst[0].type, op.dst[0], op.tbg, half))
         elif name in ("re", "res", "rre", "rres"):
             remote_in = name in ("rre", "rres")
@@ -423,7 +432,7 @@ class Replay:
                 for ref in op.dst[1:]:
                     rb = remote_buffer(g, tb, "memory", ref.buffer_id)
                     outs.append(self.cells(rb.rank, rb.type, ref, op.tbg, 0))
-            self._reduce(t.lane, t.seg, t.vc, who, srcs, outs)
+            self._reduce(t.lane, t.epoch, t.vc, who, srcs, outs)
         else:
             self._packet_op(t, op, who, half)
 
@@ -454,12 +463,14 @@ class Replay:
         self._wake(("inbox",) + key)
 
     # ------------------------------------------------------------------ memory
-    def _access(self, cell, lane, epoch, vc, who, write: bool) -> None:
+    def _access(self, cell, lane, epoch, vc, who, write: bool, observed: bool = False) -> None:
+        """Record an access; raise _Race if an earlier conflicting one is not ordered before it
+        (``observed``: a packet read, which waits for the write it returns)."""
         st = self.acc.get(cell)
         if st is None:
             st = self.acc[cell] = [None, {}]
         w = st[0]
-        if w is not None and w[2] != who and w[1] > vc[w[0]]:
+        if w is not None and not observed and w[2] != who and w[1] > vc[w[0]]:
             raise _Race(self._race(cell, w[3], who, "writes", write))
         if write:
             for l, (e, other) in st[1].items():
@@ -517,14 +528,13 @@ class Replay:
             value, _, writer = self.pkt[c]
             np.maximum(seen, writer, out=seen)
             for x in (c, c[:3] + (c[3] + 1,)):
-                self._access(x, t.lane, t.seg, seen, who, False)
+                self._access(x, t.lane, t.epoch, seen, who, False, observed=True)
             self._acquire(t, writer)
             out.append(value)
         return out
 
-    def _write_packets(self, lane, epoch, vc, who, cells, values, flag) -> None:
-        snapshot = vc.copy()
-        snapshot[lane] = epoch
+    def _write_packets(self, lane, epoch, vc, who, cells, values, flag, snapshot) -> None:
+        """Packets with ``flag``; a reader that sees them learns ``snapshot``."""
         for c, v in zip(cells, values):
             for x in (c, c[:3] + (c[3] + 1,)):
                 self._access(x, lane, epoch, vc, who, True)
@@ -553,7 +563,12 @@ class Replay:
     def _packet_op(self, t: _Tb, op, who, half: int) -> None:
         name, rank, g, tb = op.name, t.rank, self.plan.gpus[t.rank], t.tb
         flag = t.call + 1
-        lane, seg, seen = t.lane, t.seg, t.vc.copy()
+        lane, seg, seen = t.lane, t.epoch, t.vc.copy()
+
+        def snapshot():
+            out = seen.copy()
+            out[lane] = max(out[lane], seg - 1)
+            return out
 
         def remote(ref):
             rb = remote_buffer(g, tb, op.channel_type, ref.buffer_id)
@@ -565,8 +580,8 @@ class Replay:
         if name == "ppkt":
             for i, dst in enumerate(op.dst):
                 if op.channel_type == "memory":
-                    values = self._read(lane, seg, seen, who, local(op.src[i]))
-                    self._write_packets(lane, seg, seen, who, remote(dst), values, flag)
+                    values = self._read(lane, seg - 1, seen, who, local(op.src[i]))
+                    self._write_packets(lane, seg, seen, who, remote(dst), values, flag, snapshot())
                 else:
                     j = tb.channel_list("port")[op.channel_ids[i]]
                     self._proxy_event(t, j, ((local(op.src[i], True), remote(dst), "packets"),), who)
@@ -574,29 +589,30 @@ class Replay:
             values = self._read_packets(t, who, local(op.src[0], True), seen)
             for i, dst in enumerate(op.dst):
                 if op.channel_type == "memory":
-                    self._write_packets(lane, seg, seen, who, remote(dst), values, flag)
+                    self._write_packets(lane, seg, seen, who, remote(dst), values, flag, snapshot())
                 else:       # the kernel waits for the packets, syncs the block, then hands the copy to the proxy
                     j = tb.channel_list("port")[op.channel_ids[i]]
                     self._proxy_event(t, j, ((local(op.src[0], True), remote(dst), "packets"),), who, extra=seen)
         elif name == "cpkt":
-            values = self._read(lane, seg, seen, who, local(op.src[0]))
-            self._write_packets(lane, seg, seen, who, local(op.dst[0], True), values, flag)
+            values = self._read(lane, seg - 1, seen, who, local(op.src[0]))
+            self._write_packets(lane, seg, seen, who, local(op.dst[0], True), values, flag, snapshot())
         elif name == "upkt":
             values = self._read_packets(t, who, local(op.src[0], True), seen)
             self._write(lane, seg, seen, who, local(op.dst[0]), values)
         else:       # repkt respkt recpkt recspkt: dst = src[0] + the packets of src[1..]
-            values = self._read(lane, seg, seen, who, local(op.src[0]))
+            writes_packets = name in ("recpkt", "recspkt", "respkt")
+            values = self._read(lane, seg - 1 if writes_packets else seg, seen, who, local(op.src[0]))
             for ref in op.src[1:]:
                 part = self._read_packets(t, who, local(ref, True), seen)
                 values = [tuple(sorted(a + b)) for a, b in zip(values, part)]
             self._write(lane, seg, seen, who, local(op.dst[0]), values)
             remote_from = 1
             if name in ("recpkt", "recspkt"):
-                self._write_packets(lane, seg, seen, who, local(op.dst[1], True), values, flag)
+                self._write_packets(lane, seg, seen, who, local(op.dst[1], True), values, flag, snapshot())
                 remote_from = 2
             if name in ("respkt", "recspkt"):
                 for ref in op.dst[remote_from:]:
-                    self._write_packets(lane, seg, seen, who, remote(ref), values, flag)
+                    self._write_packets(lane, seg, seen, who, remote(ref), values, flag, snapshot())
 
     # ------------------------------------------------------------------ names
     def _unit(self, unit: int) -> str:
