@@ -301,7 +301,7 @@ class Replay:
                                              f"{op.channel_type} channel {ids[c]}"
         elif name == "sem_acquire":
             for s in op.semaphore_ids:
-                if not self.sems[(t.rank, s)]:
+                if len(self.sems[(t.rank, s)]) < op.semaphore_ids.count(s):
                     return ("sem", t.rank, s), f"waits to acquire semaphore {s}"
         elif name == "barrier":
             key = (t.rank, op.barrier_id)

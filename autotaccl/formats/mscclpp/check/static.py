@@ -160,6 +160,8 @@ def _op_problem(plan: Plan, g: Gpu, tb: ThreadBlock, op: Op) -> str | None:
                 return f"channel_ids entry {c}: the thread block has {len(ids)} {op.channel_type} channels"
     if name in SYNC_OPS and not chans:
         return f"{name} without channel_ids"
+    if name in WAITS and len(set(chans)) < len(chans):
+        return f"{name} names a channel twice: its threads would race on the channel's expected signal count"
     if name in ("sem_acquire", "sem_release"):
         ids = op.semaphore_ids or ()
         if not ids or len(ids) > MAX_SEMAPHORES_PER_OP:
@@ -202,7 +204,10 @@ def _op_problem(plan: Plan, g: Gpu, tb: ThreadBlock, op: Op) -> str | None:
             peers = g.peers("port")
             for i, ref in enumerate(op.dst):
                 buf = remote_buffer(g, tb, "port", ref.buffer_id)
-                peer = peers[tb.channel_list("port")[chans[i]]]
+                channel = tb.channel_list("port")[chans[i]]
+                if channel >= len(peers):
+                    return None                  # a channel the rank does not have: reported with the block
+                peer = peers[channel]
                 if buf.rank != peer:
                     return (f"dst_buff[{i}] is rank {buf.rank}'s buffer but its port channel goes to rank {peer} "
                             "(the proxy writes through that channel's connection)")

@@ -15,7 +15,7 @@ from ..plan import (MAX_CHANNELS_PER_OP, MAX_SEMAPHORES_PER_OP, BufferRef, Chann
 from .layout import Layout, Loc
 from .schedule import Flow, Item, Schedule
 
-_KIND_ORDER = {"recv": 0, "send": 1, "local": 2}
+_KIND_ORDER = {"pair": 0, "recv": 1, "send": 2, "local": 3}
 
 
 class _Slots:

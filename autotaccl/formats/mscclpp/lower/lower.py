@@ -73,9 +73,9 @@ def lower_plan(algorithm: Algorithm, graph: nx.DiGraph, options: PlanOptions | N
             if key[0] == "local":
                 final_parts = max(final_parts + 1, math.ceil(final_parts * n / (MAX_OPERATIONS - 4)))
                 continue
-            flow = key[1][:4]
-            want = max(parts[flow] + 1, math.ceil(parts[flow] * n / (MAX_OPERATIONS - 4)))
-            grow[flow] = max(grow.get(flow, 0), want)
+            for flow in (f[:4] for f in key[1:]):           # a pair block holds two flows
+                want = max(parts[flow] + 1, math.ceil(parts[flow] * n / (MAX_OPERATIONS - 4)))
+                grow[flow] = max(grow.get(flow, 0), want)
         for flow, want in grow.items():
             if parts[flow] >= len(members[flow]):
                 raise LoweringError(source, "operations per thread block",

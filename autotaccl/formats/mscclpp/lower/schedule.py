@@ -28,7 +28,7 @@ from .layout import Layout, canonical
 
 #: (src, dst, instance, link, part)
 Flow = tuple[int, int, int, int, int]
-#: ("recv", flow) | ("send", flow) | ("local", rank, part)
+#: ("recv", flow) | ("send", flow) | ("pair", flow in, flow out) | ("local", rank, part)
 TbKey = tuple
 
 
@@ -74,10 +74,13 @@ def schedule(algorithm: Algorithm, lay: Layout, flows: tuple[Flow, ...], kinds: 
     writer: dict[tuple, tuple[Block, int]] = {}
     readers: dict[tuple, list[tuple[Block, int]]] = defaultdict(list)
 
+    paired = pair_flows(algorithm, flows)
+
     def block(key: TbKey, rank: int) -> Block:
+        key = paired.get(key, key)
         if key not in blocks:
             blocks[key] = Block(key, rank)
-            if key[0] == "recv":
+            if key[0] in ("recv", "pair"):
                 blocks[key].add(Item("rlxsignal", flow=key[1]))
         return blocks[key]
 
@@ -180,3 +183,23 @@ def copy_runs(copies) -> list[tuple]:
                 continue
         out.append([src, dst, 1])
     return [tuple(g) for g in out]
+
+
+def pair_flows(algorithm: Algorithm, flows: tuple[Flow, ...]) -> dict[TbKey, TbKey]:
+    """Receive and send flows of a rank that share one block: per rank, the pair (p -> r, r -> q) that
+    forwards the most chunks first (a ring's receive-reduce-send runs in one block, its forwards ordered by
+    nops instead of semaphores), each flow in at most one pair."""
+    last: dict[tuple[int, int], Flow] = {}
+    counts: dict[tuple[Flow, Flow], int] = defaultdict(int)
+    for tr, flow in zip(algorithm.transfers, flows):
+        for c in tr.chunks:
+            came = last.get((tr.src, c))
+            if came is not None:
+                counts[(came, flow)] += 1
+        for c in tr.chunks:
+            last[(tr.dst, c)] = flow
+    out: dict[TbKey, TbKey] = {}
+    for (f_in, f_out), _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        if ("recv", f_in) not in out and ("send", f_out) not in out:
+            out[("recv", f_in)] = out[("send", f_out)] = ("pair", f_in, f_out)
+    return out
