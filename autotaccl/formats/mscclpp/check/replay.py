@@ -26,6 +26,11 @@ Vector clocks over all blocks, proxies and hosts flag every pair of conflicting 
 no happens-before chain orders (a race), whatever the interleaving; the matching of waits to signals is
 fixed, so one deterministic interleaving decides values and deadlocks. At every call's end each output
 must hold exactly the collective's result.
+
+Where the model is coarser than the hardware: one proxy timeline per (block, port channel), so requests a
+block pushes are taken in its program order; a packet's reader learns what its writer's operation read
+(the same threads wrote the packets from it), and also what earlier packet-writing operations of that
+segment read; a barrier, as the executor's device syncer, joins the first ``num_threadblocks`` arrivals.
 """
 from __future__ import annotations
 
@@ -257,7 +262,6 @@ class Replay:
             t.vc[t.lane] = 2 * t.seg - 2
             t.blocked = None
             self.ready.append(k)
-        self._wake(("start", rank))
         if not self.by_rank[rank]:
             return self._boundary(rank)
         return None
@@ -449,7 +453,7 @@ class Replay:
             if kind == "copy":
                 self._move(proxy.lane, proxy.epoch, proxy.vc, who, src, out)
             else:
-                self._move_packets(proxy.lane, proxy.epoch, proxy.vc, who, src, out, None)
+                self._move_packets(proxy.lane, proxy.epoch, proxy.vc, who, src, out)
         proxy.vc[proxy.lane] = proxy.epoch
         return proxy.vc.copy()
 
@@ -542,7 +546,7 @@ class Replay:
             self.pkt[c] = (v, flag, snapshot)
             self._wake(("pkt", c))
 
-    def _move_packets(self, lane, epoch, vc, who, src, dst, _unused) -> None:
+    def _move_packets(self, lane, epoch, vc, who, src, dst) -> None:
         """A proxy's raw copy of packet bytes: value and flag as they are."""
         snapshot = vc.copy()
         snapshot[lane] = epoch
