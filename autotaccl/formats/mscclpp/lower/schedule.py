@@ -3,7 +3,9 @@ with the nops and semaphores that order them.
 
 A *flow* is the transfers from one rank to another on one link of one instance (and, when a flow is too
 long for one block, one part of it). Each flow has a block on the sender (puts and signals) and one on the
-receiver (waits, then reduces or unpacks); final copies go to local blocks. Every block runs its items in
+receiver (waits, then reduces or unpacks), except that a rank's receive flow shares one block with the send
+flow it forwards most into (a ring step: wait, reduce, put, signal); final copies go to local blocks.
+Every block runs its items in
 the IR's program order, and every ordering need points from an earlier item to a later one, so no
 schedule deadlocks:
 
