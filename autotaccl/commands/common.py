@@ -22,9 +22,10 @@ def print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=1, default=str))
 
 
-def add_hardware_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--hardware", required=True, help="profile name (see hardware/) or a YAML / TACCL JSON file")
-    parser.add_argument("--nodes", type=int, default=1, help="number of nodes (default 1)")
+def add_hardware_args(parser: argparse.ArgumentParser, required: bool = True, nodes_help: str = "default 1") -> None:
+    parser.add_argument("--hardware", required=required,
+                        help="profile name (see hardware/) or a YAML / TACCL JSON file")
+    parser.add_argument("--nodes", type=int, default=1 if required else None, help=f"number of nodes ({nodes_help})")
     parser.add_argument("--chunk-size", help="chunk size a TACCL topology JSON was profiled for (e.g. 1M)")
 
 

@@ -1,0 +1,1 @@
+"""Checker: the plan checker (static rules, replay)."""

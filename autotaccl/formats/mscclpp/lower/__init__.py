@@ -1,0 +1,1 @@
+"""Lowering the IR to an MSCCL++ plan: layout, thread blocks and their order, numbering, then the check."""

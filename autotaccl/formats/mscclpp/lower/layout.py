@@ -1,0 +1,145 @@
+"""Where every value lives in one buffer mode: input ``i``, output ``o``, plain scratch ``s`` or packet
+scratch ``p`` slots, walked in the IR's program order.
+
+A rank's value of a chunk starts in its input slot. A put writes into the receiver's memory, which the
+receiver does not order against its own earlier accesses, so a copy lands straight in the chunk's output
+slot only if nobody touched that cell yet in this call and nothing live sits there (in-place calls alias
+input and output); otherwise, and for every reduce and every packet transfer, it lands in a fresh
+scratch slot (one write per slot per call). A reduce then adds the landed data to the receiver's value,
+in place where that value already sits in its output or scratch, else into the output slot (when free) or
+a fresh scratch slot; an LL packet is unpacked the same way. Values a rank must output but holds elsewhere
+at the end are copied home.
+"""
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import dataclass
+
+from ....model.algorithm import Algorithm
+
+Loc = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Move:
+    """Transfer ``t`` in buffer slots: the sender reads ``read``, the data lands in ``land`` on the
+    receiver; a reduce (or an unpack) reads ``operand`` (None for unpacking) and writes ``result``
+    (``result`` None: the landed data is the value)."""
+    t: int
+    read: dict[int, Loc]
+    land: dict[int, Loc]
+    operand: dict[int, Loc] | None
+    result: dict[int, Loc] | None
+    packets: bool
+
+
+@dataclass(frozen=True)
+class Layout:
+    moves: tuple[Move, ...]
+    finals: dict[int, tuple[tuple[Loc, Loc], ...]]     # rank -> (from, to) copies at the end
+    plain: tuple[int, ...]                             # plain scratch slots per rank
+    packet: tuple[int, ...]                            # packet scratch slots per rank
+
+
+def canonical(coll, rank: int, loc: Loc, inplace: bool) -> tuple:
+    """The memory cell a slot names; in-place, input and output alias as the executor test allocates them:
+    AllGather's input is output block ``rank``, ReduceScatter's output is input block ``rank``, the others
+    share one buffer."""
+    buf, idx = loc
+    if inplace:
+        if coll.name == "allgather" and buf == "i":
+            return (rank, "o", rank * coll.input_chunks(rank) + idx)
+        if coll.name == "reducescatter" and buf == "o":
+            return (rank, "i", rank * coll.output_chunks(rank) + idx)
+        if coll.name not in ("allgather", "reducescatter") and buf == "o":
+            return (rank, "i", idx)
+    return (rank, buf, idx)
+
+
+def layout(algorithm: Algorithm, packets: tuple[bool, ...], inplace: bool) -> Layout:
+    """``packets[t]``: transfer ``t`` moves LL packets (it lands in packet scratch)."""
+    coll = algorithm.collective
+    R = coll.ranks
+    cur: dict[tuple[int, int], Loc] = {}
+    occupant: dict[tuple, int] = {}
+    touched: set[tuple] = set()
+    plain, packet = [0] * R, [0] * R
+    uses: dict[tuple[int, int], list[int]] = defaultdict(list)     # where a rank reads its value of a chunk
+    for t, tr in enumerate(algorithm.transfers):
+        for c in tr.chunks:
+            uses[(tr.src, c)].append(t)
+            if tr.op == "reduce":
+                uses[(tr.dst, c)].append(t)
+
+    def cell(rank: int, loc: Loc) -> tuple:
+        return canonical(coll, rank, loc, inplace)
+
+    def home(rank: int, c: int) -> Loc | None:
+        out = coll.output_index(rank, c)
+        return None if out is None else ("o", out)
+
+    def live(rank: int, b: int, t: int) -> bool:
+        """Is ``rank``'s value of ``b`` still needed after transfer ``t``?"""
+        u = uses.get((rank, b), [])
+        return bisect.bisect_right(u, t) < len(u) or coll.output_index(rank, b) is not None
+
+    def free(rank: int, loc: Loc, c: int, t: int) -> bool:
+        b = occupant.get(cell(rank, loc))
+        return b is None or b == c or not live(rank, b, t)
+
+    def place(rank: int, c: int, loc: Loc) -> None:
+        old = cur.get((rank, c))
+        if old is not None and occupant.get(cell(rank, old)) == c:
+            del occupant[cell(rank, old)]
+        cur[(rank, c)] = loc
+        occupant[cell(rank, loc)] = c
+
+    def fresh(rank: int, kind: str) -> Loc:
+        counts = packet if kind == "p" else plain
+        counts[rank] += 1
+        return (kind, counts[rank] - 1)
+
+    for c in range(coll.num_chunks):
+        for r in sorted(coll.precondition(c)):
+            place(r, c, ("i", coll.input_index(r, c)))
+    moves = []
+    for t, tr in enumerate(algorithm.transfers):
+        s, d = tr.src, tr.dst
+        read = {c: cur[(s, c)] for c in tr.chunks}
+        touched.update(cell(s, loc) for loc in read.values())
+        land: dict[int, Loc] = {}
+        operand = result = None
+        if packets[t] or tr.op == "reduce":
+            for c in tr.chunks:
+                land[c] = fresh(d, "p" if packets[t] else "s")
+        else:
+            for c in tr.chunks:
+                h = home(d, c)
+                direct = h is not None and cell(d, h) not in touched and free(d, h, c, t)
+                land[c] = h if direct else fresh(d, "s")
+        if tr.op == "reduce":
+            operand = {c: cur[(d, c)] for c in tr.chunks}
+        if tr.op == "reduce" or packets[t]:
+            result = {}
+            for c in tr.chunks:
+                h, was = home(d, c), cur.get((d, c))
+                if tr.op == "reduce" and (was[0] == "s" or (h is not None and cell(d, was) == cell(d, h))):
+                    result[c] = was                     # accumulate where the value already is
+                elif h is not None and free(d, h, c, t):
+                    result[c] = h
+                else:
+                    result[c] = fresh(d, "s")
+        for c in tr.chunks:
+            for loc in (land[c], (operand or {}).get(c), (result or {}).get(c)):
+                if loc is not None:
+                    touched.add(cell(d, loc))
+            place(d, c, (result or land)[c])
+        moves.append(Move(t, read, land, operand, result, packets[t]))
+    finals: dict[int, list[tuple[Loc, Loc]]] = defaultdict(list)
+    for r in range(R):
+        for c in range(coll.num_chunks):
+            h = home(r, c)
+            if h is not None and cell(r, cur[(r, c)]) != cell(r, h):
+                finals[r].append((cur[(r, c)], h))
+    return Layout(tuple(moves), {r: tuple(v) for r, v in finals.items()}, tuple(plain), tuple(packet))

@@ -1,0 +1,207 @@
+"""Thread blocks and their order: every transfer's send and receive as items of per-flow thread blocks,
+with the nops and semaphores that order them.
+
+A *flow* is the transfers from one rank to another on one link of one instance (and, when a flow is too
+long for one block, one part of it). Each flow has a block on the sender (puts and signals) and one on the
+receiver (waits, then reduces or unpacks), except that a rank's receive flow shares one block with the send
+flow it forwards most into (a ring step: wait, reduce, put, signal); final copies go to local blocks.
+Every block runs its items in
+the IR's program order, and every ordering need points from an earlier item to a later one, so no
+schedule deadlocks:
+
+* within a rank, two items touching one cell (read/write, write/read, write/write, in-place aliasing
+  included) are ordered by a ``nop`` between them in one block, or across blocks by a semaphore the
+  earlier block releases right after its item (behind a nop) and the later acquires (before a nop);
+* across ranks, a put is followed by a signal (after a nop; ``pws`` on port channels) and the receiver
+  waits before it touches the data;
+* a receiver's block first ``rlxsignal``s its flow and the sender ``rlxwait``s before its first put, so no
+  put of a call lands before the receiver finished its previous call;
+* a port-channel put whose source is written again later in the call, and the last put of each port
+  flow, flush (``pwsf``): the proxy reads the source asynchronously, and the kernel's ``flush`` operation
+  flushes nothing (it takes its channel count from ``dst_buff``).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from ....model.algorithm import Algorithm
+from .layout import Layout, canonical
+
+#: (src, dst, instance, link, part)
+Flow = tuple[int, int, int, int, int]
+#: ("recv", flow) | ("send", flow) | ("pair", flow in, flow out) | ("local", rank, part)
+TbKey = tuple
+
+
+@dataclass
+class Item:
+    kind: str                      # rlxsignal rlxwait nop acquire put wait reduce unpack copy
+    flow: Flow | None = None
+    move: int | None = None        # transfer index
+    copies: tuple = ()             # a copy item's (from, to, chunks): consecutive slots
+    sems: list = field(default_factory=list)
+    flush: bool = False            # a port put that must complete before its block goes on (pwsf)
+    release: list = field(default_factory=list)    # semaphores released right after this item
+
+
+@dataclass
+class Block:
+    key: TbKey
+    rank: int
+    items: list[Item] = field(default_factory=list)
+    last_nop: int = -1
+
+    def add(self, item: Item) -> int:
+        self.items.append(item)
+        if item.kind == "nop":
+            self.last_nop = len(self.items) - 1
+        return len(self.items) - 1
+
+
+@dataclass
+class Schedule:
+    blocks: dict[TbKey, Block]
+    semaphores: dict[int, list[tuple[TbKey, TbKey]]]      # rank -> (releasing block, acquiring block) per id
+    channel_kind: dict[Flow, str]
+
+
+def schedule(algorithm: Algorithm, lay: Layout, flows: tuple[Flow, ...], kinds: dict[Flow, str], inplace: bool,
+             final_parts: int = 1) -> Schedule:
+    coll = algorithm.collective
+    blocks: dict[TbKey, Block] = {}
+    sem_ids: dict[tuple[TbKey, TbKey], int] = {}
+    semaphores: dict[int, list] = defaultdict(list)
+    covered: dict[tuple[TbKey, TbKey], int] = {}
+    writer: dict[tuple, tuple[Block, int]] = {}
+    readers: dict[tuple, list[tuple[Block, int]]] = defaultdict(list)
+
+    paired = pair_flows(algorithm, flows)
+
+    def block(key: TbKey, rank: int) -> Block:
+        key = paired.get(key, key)
+        if key not in blocks:
+            blocks[key] = Block(key, rank)
+            if key[0] in ("recv", "pair"):
+                blocks[key].add(Item("rlxsignal", flow=key[1]))
+        return blocks[key]
+
+    def order(x: Block, reads, writes) -> None:
+        """Make ``x``'s next item come after every earlier item it conflicts with."""
+        need_nop = False
+        acquire = []
+        latest: dict[TbKey, tuple[Block, int]] = {}        # per earlier block, its last conflicting item
+        for y, index in [writer[c] for c in list(reads) + list(writes) if c in writer] + \
+                [r for c in writes for r in readers.get(c, ())]:
+            if y.key not in latest or latest[y.key][1] < index:
+                latest[y.key] = (y, index)
+        for y, index in latest.values():
+            if y is x:
+                if x.last_nop < index and not y.items[index].release:
+                    need_nop = True
+                continue
+            pair = (y.key, x.key)
+            if covered.get(pair, -1) >= index:
+                continue
+            covered[pair] = index
+            if pair not in sem_ids:
+                sem_ids[pair] = len(semaphores[x.rank])
+                semaphores[x.rank].append(pair)
+            y.items[index].release.append(sem_ids[pair])
+            acquire.append(sem_ids[pair])
+        if acquire:
+            x.add(Item("acquire", sems=sorted(acquire)))
+        if acquire or need_nop:
+            x.add(Item("nop"))
+
+    def record(x: Block, index: int, reads, writes) -> None:
+        for c in reads:
+            readers[c].append((x, index))
+        for c in writes:
+            for y, j in readers.get(c, ()):
+                item = y.items[j]
+                if item.kind == "put" and kinds[item.flow] == "port":
+                    item.flush = True          # its source is overwritten: the proxy must be done reading
+            writer[c] = (x, index)
+            readers[c] = []
+
+    def cells(rank: int, locs) -> list[tuple]:
+        return [canonical(coll, rank, loc, inplace) for loc in locs]
+
+    started: set[Flow] = set()
+    for move, flow in zip(lay.moves, flows):
+        tr = algorithm.transfers[move.t]
+        s, d = tr.src, tr.dst
+        sender = block(("send", flow), s)
+        reads = cells(s, move.read.values())
+        if flow not in started:
+            started.add(flow)
+            index = sender.add(Item("rlxwait", flow=flow))
+            record(sender, index, [], [("ready", flow)])
+            reads = reads + [("ready", flow)]
+        order(sender, reads, [])
+        index = sender.add(Item("put", flow=flow, move=move.t))
+        record(sender, index, reads, [])
+        if kinds[flow] == "memory" and not move.packets:
+            sender.last_nop = index        # rendered as put, nop, signal: the nop closes the put's segment
+        receiver = block(("recv", flow), d)
+        landed = cells(d, move.land.values())
+        if not move.packets:
+            order(receiver, [], landed)
+            record(receiver, receiver.add(Item("wait", flow=flow, move=move.t)), [], landed)
+        if move.result is not None:
+            reads = (cells(d, move.operand.values()) if move.operand else []) + (landed if not move.packets else [])
+            writes = cells(d, move.result.values())
+            order(receiver, reads, writes)
+            kind = "unpack" if move.packets else "reduce"
+            record(receiver, receiver.add(Item(kind, flow=flow, move=move.t)), reads, writes)
+    for rank, copies in sorted(lay.finals.items()):
+        groups = copy_runs(copies)
+        for part in range(final_parts):
+            mine = groups[part::final_parts]
+            if not mine:
+                continue
+            x = block(("local", rank, part), rank)
+            for src, dst, n in mine:
+                reads = cells(rank, [(src[0], src[1] + i) for i in range(n)])
+                writes = cells(rank, [(dst[0], dst[1] + i) for i in range(n)])
+                order(x, reads, writes)
+                record(x, x.add(Item("copy", copies=(src, dst, n))), reads, writes)
+    for b in blocks.values():            # the last port put of a flow flushes: the call must not end before
+        puts = [it for it in b.items if it.kind == "put" and kinds[it.flow] == "port"]   # the proxy read
+        if puts:
+            puts[-1].flush = True
+    return Schedule(blocks, dict(semaphores), kinds)
+
+
+def copy_runs(copies) -> list[tuple]:
+    """Final copies as runs (from, to, chunks) of consecutive slots on both sides."""
+    out: list[list] = []
+    for src, dst in sorted(copies, key=lambda p: p[1]):
+        if out:
+            s0, d0, n = out[-1]
+            if s0[0] == src[0] and d0[0] == dst[0] and s0[1] + n == src[1] and d0[1] + n == dst[1]:
+                out[-1][2] += 1
+                continue
+        out.append([src, dst, 1])
+    return [tuple(g) for g in out]
+
+
+def pair_flows(algorithm: Algorithm, flows: tuple[Flow, ...]) -> dict[TbKey, TbKey]:
+    """Receive and send flows of a rank that share one block: per rank, the pair (p -> r, r -> q) that
+    forwards the most chunks first (a ring's receive-reduce-send runs in one block, its forwards ordered by
+    nops instead of semaphores), each flow in at most one pair."""
+    last: dict[tuple[int, int], Flow] = {}
+    counts: dict[tuple[Flow, Flow], int] = defaultdict(int)
+    for tr, flow in zip(algorithm.transfers, flows):
+        for c in tr.chunks:
+            came = last.get((tr.src, c))
+            if came is not None:
+                counts[(came, flow)] += 1
+        for c in tr.chunks:
+            last[(tr.dst, c)] = flow
+    out: dict[TbKey, TbKey] = {}
+    for (f_in, f_out), _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        if ("recv", f_in) not in out and ("send", f_out) not in out:
+            out[("recv", f_in)] = out[("send", f_out)] = ("pair", f_in, f_out)
+    return out

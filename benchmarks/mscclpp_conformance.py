@@ -1,0 +1,86 @@
+"""Our MSCCL++ plan reader and checker on plan files written elsewhere, and our plans' JSON keys beside theirs.
+
+    .venv/bin/python benchmarks/mscclpp_conformance.py PLAN.json [PLAN.json ...]
+
+Give it plans from the MSCCL++ repository (``test/executor-tests/execution-plans/*.json``,
+``test/execution-files/*.json``, or ones its DSL printed). For each file it prints whether the strict
+reader takes it (it follows the executor's parser) and the checker's verdict for the buffer mode the plan
+is for. Then it lists, per JSON level (top, GPU, channel, remote buffer, thread block, its channel and
+buffer refs, each operation name, buffer references), the keys our lowered plans write that none of the
+given files has, and the keys the files have that ours never write.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from autotaccl.baselines import baseline
+from autotaccl.errors import InputError
+from autotaccl.formats.mscclpp import PlanOptions, check_plan, lower_plan, read_plan, to_json
+from autotaccl.model.hardware import load_hardware
+from autotaccl.model.topology import build_topology
+
+
+def keys(doc: dict, out: dict[str, set]) -> None:
+    """Every key per level of one plan document."""
+    out["top"] |= set(doc)
+    for g in doc.get("gpus", []):
+        out["gpu"] |= set(g)
+        for ch in g.get("channels", []):
+            out[f"channel:{ch.get('channel_type')}"] |= set(ch)
+        for rb in g.get("remote_buffers", []):
+            out["remote_buffer"] |= set(rb)
+        for sem in g.get("semaphores", []):
+            out["semaphore"] |= set(sem)
+        for tb in g.get("threadblocks", []):
+            out["threadblock"] |= set(tb)
+            for ch in tb.get("channels", []):
+                out["threadblock.channel"] |= set(ch)
+            for ref in tb.get("remote_buffer_refs", []):
+                out["threadblock.remote_buffer_ref"] |= set(ref)
+            for op in tb.get("ops", []):
+                out[f"op:{op.get('name')}"] |= set(op)
+                for side in ("src_buff", "dst_buff"):
+                    for ref in op.get(side, []):
+                        out["buffer_ref:local" if "type" in ref else "buffer_ref:peer"] |= set(ref)
+
+
+def ours() -> dict[str, set]:
+    out: dict[str, set] = defaultdict(set)
+    for hw, nodes, coll, algo in (("ndv2", 2, "allreduce", "ring"), ("ndv2", 2, "alltoall", "direct"),
+                                  ("ndv2", 1, "broadcast", "tree")):
+        graph = build_topology(load_hardware(hw), nodes)
+        for proto in ("Simple", "LL"):
+            keys(to_json(lower_plan(baseline(graph, coll, algo), graph, PlanOptions(proto=proto))), out)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("plans", nargs="+", type=Path)
+    args = parser.parse_args()
+    theirs: dict[str, set] = defaultdict(set)
+    for path in args.plans:
+        try:
+            plan, source = read_plan(path)
+        except InputError as err:
+            print(f"{path.name}: the reader refuses it: {err}")
+            continue
+        keys(json.loads(path.read_text()), theirs)
+        report = check_plan(plan, source, "plan")
+        print(f"{path.name}: {'valid' if report.valid else 'INVALID'} ({report.modes[0]}, {report.calls} calls)"
+              + ("" if report.valid else f": {report.first}"))
+    mine = ours()
+    print("\nkeys per level: ours only / theirs only")
+    for level in sorted(set(mine) | set(theirs)):
+        only_ours, only_theirs = sorted(mine[level] - theirs[level]), sorted(theirs[level] - mine[level])
+        if level not in theirs:
+            only_ours = ["(level absent from the given files)"]
+        if only_ours or only_theirs:
+            print(f"  {level:<32} {', '.join(only_ours) or '-':<40} {', '.join(only_theirs) or '-'}")
+
+
+if __name__ == "__main__":
+    main()
