@@ -50,6 +50,7 @@ _FOR = {"ring": ("allgather", "reducescatter", "allreduce", "broadcast"),
 
 
 _CHANNELED = ("ring", "tree")
+MAX_RING_CHANNELS = 16   # best_baseline's widest ring: a ring's transfers grow as channels x ranks^2 (72-GPU nodes)
 
 
 class _NotApplicable(Exception):
@@ -98,7 +99,8 @@ def applicable_baselines(graph: nx.DiGraph, collective_name: str) -> list[str]:
 def best_baseline(graph: nx.DiGraph, collective_name: str, size: int):
     """``(name, algorithm, SimResult)`` of the applicable baseline the simulator finds fastest at ``size``.
 
-    Rings are tried with 1, 2 and one-per-GPU-of-a-node channels, as NCCL runs several rings at once.
+    Rings are tried with 1, 2 and one-per-GPU-of-a-node channels (at most ``MAX_RING_CHANNELS``), as
+    NCCL runs several rings at once.
     """
     from .selection import Candidate, fastest
 
@@ -113,7 +115,7 @@ def best_baseline(graph: nx.DiGraph, collective_name: str, size: int):
 
 
 def _channel_options(graph: nx.DiGraph, algo: str) -> list[int]:
-    return sorted({1, 2, graph.graph["gpus_per_node"]}) if algo == "ring" else [1]
+    return sorted({1, 2, min(graph.graph["gpus_per_node"], MAX_RING_CHANNELS)}) if algo == "ring" else [1]
 
 
 def _names_for(collective: str) -> list[str]:
@@ -131,6 +133,7 @@ class _Layout:
     gpn: int
     cycle: tuple[int, ...]                # local indices; cycle[p] -> cycle[p+1] are links inside every node
     paths: tuple[tuple[int, ...], ...]    # equally good ways through a node: enter at path[0], leave at path[-1]
+    mirrored: bool = False                # odd nodes run the path backwards (a ring crosses on one rail)
 
     @property
     def path(self) -> tuple[int, ...]:
@@ -148,7 +151,8 @@ class _Layout:
         if self.nodes == 1:
             return self.ranks(0, self.cycle)
         path = self.paths[variant % len(self.paths)]
-        return [r for n in range(self.nodes) for r in self.ranks(n, path)]
+        back = path[::-1] if self.mirrored else path
+        return [r for n in range(self.nodes) for r in self.ranks(n, back if n % 2 else path)]
 
 
 @lru_cache(maxsize=32)
@@ -162,17 +166,34 @@ def _layout(graph: nx.DiGraph) -> _Layout:
         # a chain (tree, broadcast) drops the slowest link of the cycle
         cut = min(range(len(cycle)), key=lambda p: _bw(graph, cycle[p], cycle[(p + 1) % len(cycle)]))
         return _Layout(1, gpn, tuple(cycle), (tuple(cycle[cut + 1:] + cycle[:cut + 1]),))
+
+    def crossing(a: int, b: int) -> tuple | None:  # local GPU a of one node -> local GPU b of the next
+        if not graph.has_edge(a, gpn + b):
+            return None
+        net = graph.edges[a, gpn + b]
+        return net["bandwidth_GBps"], -net["alpha_us"]
+
+    # A layout's score: its ring's crossings, worst first, then the intra-node link it leaves out.
     scored = []
     for p in range(len(cycle)):  # leave a node at e = cycle[p], enter the next at s = cycle[p+1]
         e, s = cycle[p], cycle[(p + 1) % len(cycle)]
-        if graph.has_edge(e, gpn + s):
-            net = graph.edges[e, gpn + s]
-            score = (net["bandwidth_GBps"], -net["alpha_us"], -_bw(graph, e, s) if e != s else 0.0)
-            scored.append((score, tuple(cycle[p + 1:] + cycle[:p + 1])))
+        path = tuple(cycle[p + 1:] + cycle[:p + 1])
+        cut = -_bw(graph, e, s) if e != s else 0.0
+        plain = crossing(e, s)
+        if plain:
+            scored.append((((plain,) * nodes, cut, 1), path))
+        # mirrored: odd nodes run the path backwards, so crossings join equal GPUs (e -> e, s -> s: one
+        # rail each), as NCCL's rings enter and leave a node through one NIC; with an odd node count the
+        # closing crossing is plain. Plain wins ties.
+        ee, ss = crossing(e, e), crossing(s, s)
+        if ee and ss and (plain or nodes % 2 == 0) and all(graph.has_edge(b, a) for a, b in zip(path, path[1:])):
+            hops = [ee] * (nodes // 2) + [ss] * (nodes // 2) + [plain] * (nodes % 2)
+            scored.append(((tuple(sorted(hops)), cut, 0), path))
     if not scored:
         raise _NotApplicable("no NIC link leaves a node where the ring could continue to the next")
     top = max(score for score, _ in scored)
-    return _Layout(nodes, gpn, tuple(cycle), tuple(path for score, path in scored if score == top))
+    paths = tuple(path for score, path in scored if score == top)
+    return _Layout(nodes, gpn, tuple(cycle), paths, mirrored=not top[-1])
 
 
 def _bw(graph: nx.DiGraph, u: int, v: int) -> float:
@@ -294,6 +315,8 @@ def _paths(graph: nx.DiGraph, src: int, within: Iterable[int] | None = None) -> 
     They form a tree, so relays of one source share their first hops. A direct edge always wins.
     """
     view = graph.subgraph(within) if within is not None else graph
+    if view.out_degree(src) == view.number_of_nodes() - 1:   # an edge to every other rank: no search needed
+        return {src: [src], **{dst: [src, dst] for dst in view.successors(src)}}
     return nx.single_source_dijkstra_path(view, src, weight=lambda u, v, d: 1.0 + 1e-3 / d["bandwidth_GBps"])
 
 

@@ -1,6 +1,7 @@
 """Baselines: every one verifies on every shipped profile, uses only existing links, and has its textbook shape."""
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import pytest
@@ -9,8 +10,8 @@ from autotaccl.baselines import ALGORITHMS, _binary_tree, applicable_baselines, 
 from autotaccl.errors import InputError
 from autotaccl.model.algorithm import verify
 from autotaccl.model.collectives import NAMES
-from autotaccl.model.hardware import available_profiles, load_hardware
-from autotaccl.model.topology import build_topology
+from autotaccl.model.hardware import RailNetwork, available_profiles, load_hardware
+from autotaccl.model.topology import SPINE, build_topology
 from autotaccl.simulate import simulate
 
 ONE_NODE = {"allgather": ["ring", "direct"], "reducescatter": ["ring"], "allreduce": ["ring", "tree"],
@@ -20,8 +21,14 @@ MULTI_NODE = {"allgather": ["ring", "hierarchical", "direct"], "reducescatter": 
               "broadcast": ["ring", "tree", "direct"]}
 
 
-@pytest.mark.parametrize("nodes", [1, 2, 4])
-@pytest.mark.parametrize("profile", available_profiles())
+def _every_profile_on_1_2_4_nodes() -> list:
+    """Racks of 72 GPUs (gb200-nvl72) at 1 and 2 racks only: 4 racks take minutes (benchmarks/fabrics.py)."""
+    big = {p for p in available_profiles() if load_hardware(p).gpus_per_node > 16}
+    return [pytest.param(p, n, id=f"{p}-{n}", marks=[pytest.mark.slow] if p in big and n > 1 else [])
+            for p in available_profiles() for n in (1, 2, 4) if not (p in big and n > 2)]
+
+
+@pytest.mark.parametrize("profile, nodes", _every_profile_on_1_2_4_nodes())
 def test_every_baseline_verifies_on_every_profile(topo, profile, nodes):
     graph = topo(profile, nodes)
     for name in NAMES:
@@ -97,6 +104,51 @@ def test_more_channels_cross_through_more_nics(topo):
     assert len({r % 8 for r in crossings}) == 8, "every GPU's own NIC carries a ring"
     size = 256 << 20
     assert simulate(eight, graph, size).algbw_GBps > 3 * simulate(baseline(graph, "allreduce", "ring"), graph, size).algbw_GBps
+
+
+def rail(oversubscription: float, nodes: int):
+    profile = load_hardware("dgx-h100-rail")
+    return build_topology(dataclasses.replace(profile, network=RailNetwork(oversubscription, 32, 0.6)), nodes)
+
+
+def spine_crossings(graph, algorithm) -> int:
+    """How many of the algorithm's hops cross the spine."""
+    hops = {(t.src, t.dst) for t in algorithm.transfers}
+    return sum(1 for h in hops if any(SPINE in arc for arc in graph.edges[h]["resources"]))
+
+
+@pytest.mark.parametrize("nodes", [2, 4])
+def test_rings_on_rails_cross_between_equal_gpus(nodes):
+    """As NCCL's rings enter and leave a node through one NIC: odd nodes run the ring backwards, so each
+    crossing joins GPU j to GPU j of the next node, on rail j's leaf, never through the spine."""
+    graph = rail(2.0, nodes)
+    for channels in (1, 2, 8):
+        ring = baseline(graph, "allreduce", "ring", channels=channels)
+        crossings = {(t.src, t.dst) for t in ring.transfers if graph.edges[t.src, t.dst]["kind"] == "net"}
+        assert crossings and all(u % 8 == v % 8 for u, v in crossings)
+        assert spine_crossings(graph, ring) == 0
+    eight = ring
+    assert len({u % 8 for u, _ in crossings}) == 8, "eight rings use all eight rails"
+    # off the spine, oversubscription costs a ring nothing: it runs as fast as on the one-switch network
+    flat = build_topology(load_hardware("dgx-h100"), nodes)
+    assert simulate(eight, graph, 1 << 28) == simulate(baseline(flat, "allreduce", "ring", channels=8), flat, 1 << 28)
+
+
+def test_oversubscription_slows_what_crosses_rails():
+    # direct AllToAll sends GPU i straight to GPU j of another node: 7 of 8 such edges change rails and run
+    # at 50 / R through the spine; two-step first gathers on the right rail and does not care
+    fast, slow = rail(1.0, 2), rail(4.0, 2)
+    size = 1 << 28
+    direct = [simulate(baseline(g, "alltoall", "direct"), g, size).algbw_GBps for g in (fast, slow)]
+    two_step = [simulate(baseline(g, "alltoall", "two-step"), g, size).algbw_GBps for g in (fast, slow)]
+    assert direct[1] < 0.5 * direct[0]
+    assert two_step[1] == pytest.approx(two_step[0])
+
+
+def test_an_odd_node_count_crosses_rails_once_per_ring():
+    graph = rail(1.0, 3)
+    ring = baseline(graph, "allgather", "ring")
+    assert spine_crossings(graph, ring) == 1, "only the hop that closes the ring (node 2 -> node 0) changes rails"
 
 
 def test_binary_trees_are_complementary():

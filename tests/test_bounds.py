@@ -1,12 +1,14 @@
 """Bounds against the worked table of peers-and-bounds.md §2.5 and against cuts computed by hand."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from autotaccl.bounds import Bounds, bound_algbw, bounds
 from autotaccl.model.algorithm import Algorithm, Transfer
 from autotaccl.model.collectives import Collective
-from autotaccl.model.hardware import load_hardware, profile_from_dict
+from autotaccl.model.hardware import RailNetwork, load_hardware, profile_from_dict
 from autotaccl.model.topology import build_topology
 from autotaccl.simulate import simulate
 
@@ -107,3 +109,77 @@ def test_cached_per_graph_and_collective_but_not_across_rates():
         "links": {"class": "nvlink", "pattern": "ring"}}, "<slow ring4>")
     assert bounds(build_topology(slow), "ag").algbw_GBps == pytest.approx(4 * 20 / 3)
     assert bounds(ring4(), "ag").algbw_GBps == pytest.approx(4 * 50 / 3)
+
+
+# --------------------------------------------------------------------------- today's fabrics, by hand
+
+
+def tiny_rail(oversubscription: float):
+    """2 nodes x 2 GPUs, no NVLink: GPU j owns NIC j (rail j, 10 GB/s, no PCIe hop). Rails meet only at the
+    spine, where each NIC gets 10 / R GB/s: even GPU 0 -> GPU 1 of one node goes up and back down."""
+    return build_topology(profile_from_dict({
+        "name": "tiny-rail", "gpus_per_node": 2,
+        "link_classes": {"ib": {"alpha_us": 2.6, "bandwidth_GBps": 10.0}},
+        "nics": [{"class": "ib", "gpus": [0]}, {"class": "ib", "gpus": [1]}],
+        "network": {"kind": "rail", "oversubscription": oversubscription}}, "<tiny rail>"), 2)
+
+
+@pytest.mark.parametrize("ratio, ag, a2a", [(1, 40 / 3, 40 / 3), (2, 40 / 3, 10.0), (4, 10.0, 5.0), (8, 5.0, 2.5)])
+def test_tiny_rail_fabric_by_hand(ratio, ag, a2a):
+    # AG (N = 4 pieces of S/4): (a) a GPU takes in 3 pieces through its 10 GB/s NIC: algbw <= 4 * 10 / 3;
+    # (b) both rail-1 GPUs need rail 0's 2 pieces (S/2), which leave rail 0's leaf only through its 2 NICs'
+    # spine shares, 2 * 10 / R: t >= (S/2) / (20/R), algbw <= 40 / R. Ceiling: min of both (R = 4: 10).
+    graph = tiny_rail(ratio)
+    assert bounds(graph, "allgather").algbw_GBps == pytest.approx(ag)
+    assert bounds(graph, "reducescatter").algbw_GBps == pytest.approx(ag)        # the same cuts reversed
+    assert bounds(graph, "allreduce").algbw_GBps == pytest.approx(ag / 2)        # RS + AG
+    # A2A (S/4 to each GPU): a NIC sends 3 pieces (3S/4) at 10 GB/s: algbw <= 40/3; 2 of them (S/2) go to
+    # the other rail, through the NIC's spine share 10 / R: algbw <= 20 / R.
+    assert bounds(graph, "alltoall").algbw_GBps == pytest.approx(a2a)
+    # latency: GPU 0 -> GPU 1 of one node has no edge; the quickest way is two network hops, 2 x 2.6 us
+    assert bounds(graph, "allgather").latency_us == pytest.approx(5.2)
+
+
+def h100_rail(oversubscription: float, nodes_per_leaf: int | None, nodes: int):
+    profile = load_hardware("dgx-h100-rail")
+    return build_topology(dataclasses.replace(profile, network=RailNetwork(oversubscription, nodes_per_leaf, 0.6)),
+                          nodes)
+
+
+@pytest.mark.parametrize("ratio", [1, 4])
+def test_two_dgx_h100_on_rails_never_need_the_spine(ratio):
+    # NVSwitch moves any piece to the GPU on the right rail, so the spine's share does not bind: the
+    # bounds are the one-switch network's (peers-and-bounds.md §2.5, 2-node DGX-H100): AG: a GPU's ingress
+    # 450 + 50 takes 15 of 16 pieces -> 16 * 500 / 15; A2A: a node sends 8 * 8 * S/16 = 4S over 8 x 50.
+    graph = h100_rail(ratio, 32, 2)
+    assert bounds(graph, "allgather").algbw_GBps == pytest.approx(16 * 500 / 15)
+    assert bounds(graph, "allreduce").algbw_GBps == pytest.approx(16 * 500 / 15 / 2)
+    assert bounds(graph, "alltoall").algbw_GBps == pytest.approx(100.0)
+    # latency: a cross-rail edge pays PCIe, the NIC, the spine and PCIe: 0.25 + 2.6 + 0.6 + 0.25 (relaying
+    # over NVSwitch to the right rail first costs 0.7 + 3.1 = 3.8)
+    assert bounds(graph, "allgather").latency_us == pytest.approx(3.7)
+
+
+@pytest.mark.parametrize("ratio, ag, a2a", [(1, 32 * 500 / 31, 200 / 3), (2, 32 * 500 / 31, 50.0), (8, 200.0, 12.5)])
+def test_four_dgx_h100_in_two_units_by_hand(ratio, ag, a2a):
+    # nodes_per_leaf 2: nodes {0, 1} and {2, 3} are two units; between them every byte crosses the spine
+    # at 50 / R GB/s per NIC, 16 NICs per unit: 800 / R.
+    # AG: a GPU's ingress takes 31 of 32 pieces at 500 -> 32 * 500 / 31; unit 1 needs unit 0's 16 pieces
+    # (S/2) through 800 / R: algbw <= 1600 / R (R = 8: 200).
+    # A2A (S/32 per pair): a node sends 8 * 24 pieces = 6S over 8 x 50 -> 66.7; unit 0 sends 16 * 16
+    # pieces = 8S over 800 / R -> 100 / R (R = 2: 50, R = 8: 12.5).
+    graph = h100_rail(ratio, 2, 4)
+    assert bounds(graph, "allgather").algbw_GBps == pytest.approx(ag)
+    assert bounds(graph, "alltoall").algbw_GBps == pytest.approx(a2a)
+
+
+def test_dgx_b200_and_gb200_nvl72_by_hand():
+    # DGX B200 x2: a GPU's ingress 900 + 50 would allow 16 * 950 / 15; a node's 8 NICs (400) must carry
+    # the other node's 8 pieces (S/2): algbw <= 800. A2A: 4S over 400 -> 100.
+    b200 = topo("dgx-b200", 2)
+    assert bounds(b200, "allgather").algbw_GBps == pytest.approx(800.0)
+    assert bounds(b200, "alltoall").algbw_GBps == pytest.approx(100.0)
+    # GB200 NVL72, one rack: a GPU takes 71 of 72 pieces through its 900 GB/s NVLink port
+    nvl72 = topo("gb200-nvl72", 1)
+    assert bounds(nvl72, "allgather").algbw_GBps == pytest.approx(72 * 900 / 71)
+    assert bounds(nvl72, "allgather").latency_us == pytest.approx(0.7)

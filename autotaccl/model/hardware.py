@@ -55,6 +55,21 @@ class Nic:
 
 
 @dataclass(frozen=True)
+class RailNetwork:
+    """A rail-optimized leaf/spine network between nodes (``network:`` in a profile).
+
+    NIC ``j`` of every node plugs into rail ``j``'s leaf switch; ``nodes_per_leaf`` consecutive nodes (a
+    scalable unit) share one leaf per rail. Traffic between rails or between units crosses the spine,
+    where each NIC gets ``1 / oversubscription`` of its own rate (its share of the leaf's uplinks when
+    every port of the leaf is busy) and pays ``spine_alpha_us`` more.
+    """
+
+    oversubscription: float = 1.0
+    nodes_per_leaf: int | None = None      # None: every node on one leaf per rail
+    spine_alpha_us: float = 0.0
+
+
+@dataclass(frozen=True)
 class HardwareProfile:
     name: str
     gpus_per_node: int
@@ -65,6 +80,7 @@ class HardwareProfile:
     source: str = "<built-in>"
     description: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    network: RailNetwork | None = None     # None: one non-blocking switch joins every NIC
 
 
 # --------------------------------------------------------------------------- loading
@@ -128,7 +144,7 @@ class _Reader:
         return self.integer(value, where, 0, gpus - 1)
 
 
-_PROFILE_KEYS = {"name", "description", "gpus_per_node", "link_classes", "links", "switches", "nics"}
+_PROFILE_KEYS = {"name", "description", "gpus_per_node", "link_classes", "links", "switches", "nics", "network"}
 
 
 def profile_from_dict(data: Any, source: str) -> HardwareProfile:
@@ -229,7 +245,8 @@ def profile_from_dict(data: Any, source: str) -> HardwareProfile:
 
     return HardwareProfile(name=name, gpus_per_node=gpus, link_classes=classes, links=tuple(links),
                            switches=tuple(switches), nics=tuple(nics), source=source,
-                           description=str(data.get("description", "")))
+                           description=str(data.get("description", "")),
+                           network=_network(r, data.get("network"), nics))
 
 
 def profile_to_dict(profile: HardwareProfile) -> dict[str, Any]:
@@ -259,6 +276,11 @@ def profile_to_dict(profile: HardwareProfile) -> dict[str, Any]:
         nics.append(spec)
     if nics:
         out["nics"] = nics
+    if profile.network is not None:
+        net = profile.network
+        out["network"] = {"kind": "rail", "oversubscription": net.oversubscription,
+                          "spine_alpha_us": net.spine_alpha_us,
+                          **({"nodes_per_leaf": net.nodes_per_leaf} if net.nodes_per_leaf is not None else {})}
     return out
 
 
@@ -299,6 +321,34 @@ def _pattern_pairs(r: _Reader, pattern: Any, dims: Any, gpus: int) -> list[list[
                         pairs.add((min(g, other), max(g, other)))
         return [[a, b, 1] for a, b in sorted(pairs)]
     raise r.fail("links.pattern", "one of: ring, torus2d, fully-connected")
+
+
+# --------------------------------------------------------------------------- network between nodes
+
+_NETWORK_KEYS = {"kind", "oversubscription", "nodes_per_leaf", "spine_alpha_us"}
+_NETWORK_KINDS = ("rail",)
+
+
+def _network(r: _Reader, spec: Any, nics: list[Nic]) -> RailNetwork | None:
+    """The ``network:`` section (schema in ``hardware/README.md``); absent: one non-blocking switch."""
+    if spec is None:
+        return None
+    spec = r.mapping(spec, "network")
+    extra = sorted(set(spec) - _NETWORK_KEYS)
+    if extra:
+        raise r.fail(f"network.{extra[0]}", f"one of: {', '.join(sorted(_NETWORK_KEYS))}")
+    if spec.get("kind") not in _NETWORK_KINDS:
+        raise r.fail("network.kind", f"one of: {', '.join(_NETWORK_KINDS)}")
+    if not nics:
+        raise r.fail("network", "nics to plug into it (a network needs at least one NIC per node)")
+    ratio = r.number(spec.get("oversubscription", 1.0), "network.oversubscription")
+    if ratio < 1:
+        raise r.fail("network.oversubscription", "a ratio >= 1 (leaf downlink : uplink bandwidth; 1 = non-blocking)")
+    per_leaf = spec.get("nodes_per_leaf")
+    return RailNetwork(oversubscription=ratio,
+                       nodes_per_leaf=None if per_leaf is None else r.integer(per_leaf, "network.nodes_per_leaf"),
+                       spine_alpha_us=r.number(spec.get("spine_alpha_us", 0.0), "network.spine_alpha_us",
+                                               allow_zero=True))
 
 
 # --------------------------------------------------------------------------- TACCL topology JSON

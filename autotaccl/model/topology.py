@@ -12,6 +12,9 @@ Vertices of the returned graph are GPU ranks ``0..R-1`` (node ``k`` owns ``k*G .
 ``graph.graph["capacity"]`` is the capacity graph: GPUs plus switch, NIC and network vertices, every
 arc with ``capacity`` (GB/s) and ``alpha_us``. The simulator treats each arc as a resource; the bounds
 run max-flow over it. Nothing else has a private notion of a link.
+
+Between nodes the network is one non-blocking switch (``net``), or, for a profile with a rail
+``network``, per-rail leaf switches joined by a spine (see :func:`_rail_ports`).
 """
 from __future__ import annotations
 
@@ -23,9 +26,10 @@ import networkx as nx
 
 from ..errors import ParameterError
 from ..sizes import parse_size
-from .hardware import HardwareProfile, load_hardware, profile_to_dict
+from .hardware import HardwareProfile, RailNetwork, load_hardware, profile_to_dict
 
 NETWORK = "net"
+SPINE = "spine"
 MAX_RANKS = 1024     # building the graph is quadratic in ranks: 2048 ndv2 ranks take minutes and gigabytes
 
 
@@ -53,16 +57,22 @@ def build_topology(profile: HardwareProfile, nodes: int = 1) -> nx.DiGraph:
                        capacity=cap)
     graph.add_nodes_from((n * gpn + g, {"node": n, "local": g}) for n in range(nodes) for g in range(gpn))
 
+    arcs: dict[tuple, dict] = {}   # (tail, head) -> the arc's attributes: plain dict look-ups for connect()
+
     def arc(tail, head, link_class: str | None, capacity: float | None = None, alpha: float | None = None):
         c = cls[link_class] if link_class else None
         cap.add_edge(tail, head, capacity=capacity if capacity is not None else c.bandwidth_GBps,
                      alpha_us=alpha if alpha is not None else (c.alpha_us if c else 0.0))
+        arcs[tail, head] = cap[tail][head]
         return (tail, head)
 
+    def edge(kind: str, resources: tuple) -> dict:
+        return {"kind": kind, "resources": resources, "links": 1,
+                "alpha_us": sum(arcs[a]["alpha_us"] for a in resources),
+                "bandwidth_GBps": min(arcs[a]["capacity"] for a in resources)}
+
     def connect(u: int, v: int, kind: str, resources: tuple) -> None:
-        graph.add_edge(u, v, kind=kind, resources=resources, links=1,
-                       alpha_us=sum(cap.edges[a]["alpha_us"] for a in resources),
-                       bandwidth_GBps=min(cap.edges[a]["capacity"] for a in resources))
+        graph.add_edge(u, v, **edge(kind, resources))
 
     for n in range(nodes):
         base = n * gpn
@@ -84,8 +94,11 @@ def build_topology(profile: HardwareProfile, nodes: int = 1) -> nx.DiGraph:
             # Separate send and receive sides, so no path runs GPU -> NIC -> GPU inside a node: the
             # capacity graph admits exactly the flows the edges do (TACCL's model has no PCIe P2P).
             out, into = f"n{n}.nic{k}.out", f"n{n}.nic{k}.in"
-            arc(out, NETWORK, nic.link_class)
-            arc(NETWORK, into, nic.link_class, alpha=0.0)
+            if profile.network is None:
+                arc(out, NETWORK, nic.link_class)
+                arc(NETWORK, into, nic.link_class, alpha=0.0)
+            else:
+                _rail_ports(arc, profile, n, k)
             nic_bw = cls[nic.link_class].bandwidth_GBps
             for g, via in nic.attach.items():
                 # A GPU reaches its NIC over `via` (a PCIe class) both ways, paying its alpha on each side;
@@ -95,13 +108,11 @@ def build_topology(profile: HardwareProfile, nodes: int = 1) -> nx.DiGraph:
 
     if nodes > 1:
         nic_of = _nic_of(profile)
-        for u in graph.nodes:
-            for v in graph.nodes:
-                nu, nv = u // gpn, v // gpn
-                if nu == nv or (u % gpn) not in nic_of or (v % gpn) not in nic_of:
-                    continue
-                out, into = f"n{nu}.nic{nic_of[u % gpn]}.out", f"n{nv}.nic{nic_of[v % gpn]}.in"
-                connect(u, v, "net", ((u, out), (out, NETWORK), (NETWORK, into), (into, v)))
+        route = _flat_route if profile.network is None else _rail_route(profile.network)
+        ends = [(u, u // gpn, nic_of[u % gpn]) for u in graph.nodes if u % gpn in nic_of]
+        graph.add_edges_from(
+            (u, v, edge("net", ((u, f"n{nu}.nic{ku}.out"),) + route(nu, ku, nv, kv) + ((f"n{nv}.nic{kv}.in", v),)))
+            for u, nu, ku in ends for v, nv, kv in ends if nu != nv)
     return graph
 
 
@@ -110,6 +121,51 @@ def topology_for(hardware: str, nodes: int = 1, chunk_size: str | None = None) -
     what ``--hardware``, ``--nodes`` and ``--chunk-size`` give."""
     chunk = parse_size(chunk_size, "--chunk-size") if chunk_size else None
     return build_topology(load_hardware(hardware, chunk), nodes)
+
+
+def _flat_route(nu: int, ku: int, nv: int, kv: int) -> tuple:
+    """NIC ``ku`` of node ``nu`` to NIC ``kv`` of node ``nv`` through the one non-blocking switch."""
+    out, into = f"n{nu}.nic{ku}.out", f"n{nv}.nic{kv}.in"
+    return ((out, NETWORK), (NETWORK, into))
+
+
+# --------------------------------------------------------------------------- rail-optimized networks
+
+
+def _leaf(network: RailNetwork, node: int, rail: int) -> str:
+    """Rail ``rail``'s leaf switch of the scalable unit that holds ``node``."""
+    unit = node // network.nodes_per_leaf if network.nodes_per_leaf else 0
+    return f"rail{rail}.leaf{unit}"
+
+
+def _rail_ports(arc, profile: HardwareProfile, node: int, rail: int) -> None:
+    """The arcs of NIC ``rail`` of ``node`` on a rail-optimized network.
+
+    The NIC's egress ``out -> tx`` and ingress ``rx -> in`` carry its class (rate and alpha). From ``tx``
+    the port reaches its rail's leaf at the NIC's rate, or the spine at its share of the leaf's uplinks
+    (rate / oversubscription, paying ``spine_alpha_us``); ``rx`` takes the same two ways back.
+    """
+    network, nic = profile.network, profile.nics[rail]
+    rate = profile.link_classes[nic.link_class].bandwidth_GBps
+    share = rate / network.oversubscription
+    pre = f"n{node}.nic{rail}"
+    leaf = _leaf(network, node, rail)
+    arc(f"{pre}.out", f"{pre}.tx", nic.link_class)
+    arc(f"{pre}.rx", f"{pre}.in", nic.link_class, alpha=0.0)
+    arc(f"{pre}.tx", leaf, None, capacity=rate)
+    arc(leaf, f"{pre}.rx", None, capacity=rate)
+    arc(f"{pre}.tx", SPINE, None, capacity=share, alpha=network.spine_alpha_us)
+    arc(SPINE, f"{pre}.rx", None, capacity=share)
+
+
+def _rail_route(network: RailNetwork):
+    """Routes on a rail network: through the leaf on one rail and unit, else through the spine."""
+    def route(nu: int, ku: int, nv: int, kv: int) -> tuple:
+        tx, rx = f"n{nu}.nic{ku}.tx", f"n{nv}.nic{kv}.rx"
+        leaf = _leaf(network, nu, ku)
+        via = leaf if leaf == _leaf(network, nv, kv) else SPINE
+        return ((f"n{nu}.nic{ku}.out", tx), (tx, via), (via, rx), (rx, f"n{nv}.nic{kv}.in"))
+    return route
 
 
 def _nic_of(profile: HardwareProfile) -> dict[int, int]:

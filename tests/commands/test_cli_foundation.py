@@ -117,6 +117,36 @@ def test_bounds_json(capsys):
     assert code == 0 and "algbw <= 171.43 GB/s" in out
 
 
+# (profile, nodes) -> AllGather ceiling, worked by hand (N GPUs, S the gathered size, N pieces of S/N):
+# one node: a GPU takes in N-1 pieces through its NVSwitch port B: N * B / (N-1).
+# more nodes: min(GPU ingress: N * (B + 50) / (N-1), a node takes in the other nodes' pieces through its
+# NICs: N * NICs * 50 / (N - G)).
+FABRIC_AG = {
+    ("dgx-h100-rail", 1): 8 * 450 / 7, ("dgx-h100-rail", 2): 16 * 500 / 15, ("dgx-h100-rail", 4): 32 * 500 / 31,
+    ("dgx-b200", 1): 8 * 900 / 7, ("dgx-b200", 2): 16 * 400 / 8, ("dgx-b200", 4): 32 * 400 / 24,
+    ("gb200-nvl72", 1): 72 * 900 / 71, ("gb200-nvl72", 2): 144 * 950 / 143, ("gb200-nvl72", 4): 288 * 950 / 287,
+}
+
+
+@pytest.mark.parametrize("profile, nodes", [
+    pytest.param(p, n, id=f"{p}-{n}", marks=[pytest.mark.slow] if p == "gb200-nvl72" and n > 1 else [])
+    for p, n in FABRIC_AG])
+def test_todays_fabrics_through_topo_bounds_and_baseline(tmp_path, capsys, profile, nodes):
+    G = load_hardware(profile).gpus_per_node
+    data = run_json(capsys, "topo", "show", "--hardware", profile, "--nodes", nodes)
+    assert data["ranks"] == G * nodes
+    net = {"net": nodes * (nodes - 1) * G * G} if nodes > 1 else {}
+    assert data["by_kind"] == {"switch": nodes * G * (G - 1), **net}
+    ag = run_json(capsys, "bounds", "--hardware", profile, "--nodes", nodes, "--collective", "allgather")
+    assert ag["algbw_GBps"] == pytest.approx(FABRIC_AG[profile, nodes])
+    for collective, algorithm in [("allgather", "ring"), ("allreduce", "hierarchical" if nodes > 1 else "tree"),
+                                  ("alltoall", "two-step" if nodes > 1 else "direct")]:
+        out = tmp_path / f"{collective}.json"   # the command verifies the algorithm before it writes it
+        data = run_json(capsys, "baseline", "--hardware", profile, "--nodes", nodes, "--collective", collective,
+                        "--algorithm", algorithm, "-o", out)
+        assert data["ranks"] == G * nodes and load_algorithm(out).collective.name == collective
+
+
 def test_console_script_end_to_end(tmp_path):
     """One real process of the installed ``autotaccl`` entry point."""
     exe = Path(sys.executable).with_name("autotaccl")

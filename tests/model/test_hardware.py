@@ -7,11 +7,12 @@ import json
 import pytest
 
 from autotaccl.errors import InputError
-from autotaccl.model.hardware import (available_profiles, load_hardware, profile_from_dict, profile_to_dict,
-                                      taccl_cost_scale)
+from autotaccl.model.hardware import (RailNetwork, available_profiles, load_hardware, profile_from_dict,
+                                      profile_to_dict, taccl_cost_scale)
 from autotaccl.model.topology import build_topology
 
-SHIPPED = ["dgx-a100", "dgx-h100", "dgx2", "fully-connected", "ndv2", "ring", "torus2d"]
+SHIPPED = ["dgx-a100", "dgx-b200", "dgx-h100", "dgx-h100-rail", "dgx2", "fully-connected", "gb200-nvl72", "ndv2",
+           "ring", "torus2d"]
 MiB, KiB = 1 << 20, 1 << 10
 
 
@@ -36,6 +37,57 @@ def test_shipped_profile_loads_by_path_too():
     by_name = load_hardware("ndv2")
     by_path = load_hardware(by_name.source)
     assert by_path.link_classes == by_name.link_classes and by_path.links == by_name.links
+
+
+def test_todays_fabrics_carry_their_documented_numbers():
+    # DGX B200 User Guide: 8 GPUs on NVLink5 switches (14.4 TB/s = 8 x 1.8 TB/s both ways), 8 CX-7 400G
+    b200 = load_hardware("dgx-b200")
+    assert b200.gpus_per_node == 8 and b200.link_classes["nvswitch"].bandwidth_GBps == 900.0
+    assert [(n.link_class, dict(n.attach)) for n in b200.nics] == [("ib", {g: "pcie"}) for g in range(8)]
+    assert b200.link_classes["ib"].bandwidth_GBps == 50.0 and b200.network is None
+    # GB200 NVL72: a rack of 72 GPUs on one NVLink domain, 900 GB/s per GPU each way, a 400G NIC per GPU
+    nvl72 = load_hardware("gb200-nvl72")
+    assert nvl72.gpus_per_node == 72 and len(nvl72.switches) == 1 and nvl72.switches[0].gpus == tuple(range(72))
+    assert nvl72.link_classes[nvl72.switches[0].link_class].bandwidth_GBps == 900.0
+    assert [dict(n.attach) for n in nvl72.nics] == [{g: "pcie"} for g in range(72)]
+    # dgx-h100-rail: dgx-h100's node on the SuperPOD's rail fabric (32-node units, non-blocking spine)
+    rail, flat = load_hardware("dgx-h100-rail"), load_hardware("dgx-h100")
+    assert (rail.link_classes, rail.switches, rail.nics) == (flat.link_classes, flat.switches, flat.nics)
+    assert rail.network == RailNetwork(oversubscription=1.0, nodes_per_leaf=32, spine_alpha_us=0.6)
+
+
+def test_network_section_defaults(small_profile, write_yaml):
+    small_profile["network"] = {"kind": "rail"}
+    assert load_hardware(write_yaml(small_profile)).network == RailNetwork(1.0, None, 0.0)
+    small_profile["network"] = {"kind": "rail", "oversubscription": 3, "nodes_per_leaf": 4, "spine_alpha_us": 0}
+    assert load_hardware(write_yaml(small_profile)).network == RailNetwork(3.0, 4, 0.0)
+
+
+@pytest.mark.parametrize("network, field", [
+    ({}, "network.kind"),
+    ({"kind": "fat-tree"}, "network.kind"),
+    ({"kind": "rail", "oversubscription": 0.5}, "network.oversubscription"),
+    ({"kind": "rail", "oversubscription": 0}, "network.oversubscription"),
+    ({"kind": "rail", "oversubscription": "2:1"}, "network.oversubscription"),
+    ({"kind": "rail", "nodes_per_leaf": 0}, "network.nodes_per_leaf"),
+    ({"kind": "rail", "nodes_per_leaf": 2.5}, "network.nodes_per_leaf"),
+    ({"kind": "rail", "spine_alpha_us": -1}, "network.spine_alpha_us"),
+    ({"kind": "rail", "spine": 2}, "network.spine"),
+    (["rail"], "network"),
+])
+def test_malformed_network_is_rejected_naming_the_field(small_profile, write_yaml, network, field):
+    small_profile["network"] = network
+    path = write_yaml(small_profile)
+    with pytest.raises(InputError) as err:
+        load_hardware(path)
+    assert (err.value.source, err.value.field) == (str(path), field)
+
+
+def test_a_network_needs_nics(small_profile, write_yaml):
+    del small_profile["nics"]
+    small_profile["network"] = {"kind": "rail"}
+    with pytest.raises(InputError, match="network: nics"):
+        load_hardware(write_yaml(small_profile))
 
 
 def test_ndv2_profile_matches_taccls_cube_mesh():

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from autotaccl.errors import ParameterError
 from autotaccl.model.hardware import LinkClass, load_hardware, profile_from_dict
-from autotaccl.model.topology import (MAX_RANKS, NETWORK, build_topology, capacity_graph, fingerprint, node_of,
+from autotaccl.model.topology import (MAX_RANKS, NETWORK, SPINE, build_topology, capacity_graph, fingerprint, node_of,
                                       num_ranks, summarize)
 
 # (profile, nodes) -> edges by kind. Point links: 2 per pair; switch: G(G-1) per node; net: every GPU
@@ -22,6 +22,11 @@ EDGES = [
     ("ring", 1, {"nvlink": 16}),
     ("torus2d", 1, {"nvlink": 64}),
     ("fully-connected", 1, {"nvlink": 56}),
+    ("dgx-b200", 2, {"switch": 112, "net": 128}),
+    ("dgx-h100-rail", 2, {"switch": 112, "net": 128}),
+    ("dgx-h100-rail", 4, {"switch": 224, "net": 4 * 3 * 8 * 8}),
+    ("gb200-nvl72", 1, {"switch": 72 * 71}),
+    ("gb200-nvl72", 2, {"switch": 2 * 72 * 71, "net": 2 * 72 * 72}),
 ]
 
 
@@ -95,7 +100,7 @@ def test_ndv2_far_gpus_reach_the_nic_over_host_pcie(topo):
 
 
 def test_every_edge_alpha_is_the_sum_and_bandwidth_the_min_of_its_arcs(topo):
-    for name, nodes in [("ndv2", 2), ("dgx-h100", 2), ("torus2d", 2)]:
+    for name, nodes in [("ndv2", 2), ("dgx-h100", 2), ("torus2d", 2), ("dgx-h100-rail", 2), ("dgx-b200", 2)]:
         graph = topo(name, nodes)
         cap = capacity_graph(graph)
         for u, v, d in graph.edges(data=True):
@@ -146,3 +151,59 @@ def test_point_link_count_multiplies_bandwidth(small_profile):
     graph = build_topology(profile_from_dict(small_profile, "small.yaml"))
     assert graph.edges[0, 1]["bandwidth_GBps"] == 75.0 and graph.edges[3, 0]["bandwidth_GBps"] == 50.0
     assert not graph.has_edge(0, 2)
+
+
+# --------------------------------------------------------------------------- rail-optimized networks
+
+
+def rail_profile(oversubscription: float = 2.0, nodes_per_leaf: int | None = None) -> dict:
+    """dgx-h100-rail's shape, small: 2 GPUs on a switch, each with its own NIC (its rail)."""
+    network = {"kind": "rail", "oversubscription": oversubscription, "spine_alpha_us": 0.6}
+    if nodes_per_leaf:
+        network["nodes_per_leaf"] = nodes_per_leaf
+    return {"name": "rail2", "gpus_per_node": 2,
+            "link_classes": {"sw": {"alpha_us": 0.7, "bandwidth_GBps": 450.0},
+                             "pcie": {"alpha_us": 0.25, "bandwidth_GBps": 64.0},
+                             "ib": {"alpha_us": 2.6, "bandwidth_GBps": 50.0}},
+            "switches": [{"class": "sw", "gpus": [0, 1]}],
+            "nics": [{"class": "ib", "via": "pcie", "gpus": [0]}, {"class": "ib", "via": "pcie", "gpus": [1]}],
+            "network": network}
+
+
+def test_same_rail_edges_stay_on_the_leaf(topo):
+    graph = topo(rail_profile(), 2)
+    edge = graph.edges[0, 2]    # node 0 GPU 0 (rail 0) -> node 1 GPU 0 (rail 0)
+    assert edge["kind"] == "net"
+    assert edge["resources"] == ((0, "n0.nic0.out"), ("n0.nic0.out", "n0.nic0.tx"), ("n0.nic0.tx", "rail0.leaf0"),
+                                 ("rail0.leaf0", "n1.nic0.rx"), ("n1.nic0.rx", "n1.nic0.in"), ("n1.nic0.in", 2))
+    assert edge["bandwidth_GBps"] == 50.0                          # min(PCIe 64, NDR 50)
+    assert edge["alpha_us"] == pytest.approx(0.25 + 2.6 + 0.25)    # as on the one-switch network
+
+
+def test_cross_rail_edges_cross_the_spine_at_the_nics_share(topo):
+    graph = topo(rail_profile(oversubscription=2.0), 2)
+    cap = capacity_graph(graph)
+    edge = graph.edges[0, 3]    # rail 0 -> rail 1
+    assert edge["resources"][2:4] == (("n0.nic0.tx", SPINE), (SPINE, "n1.nic1.rx"))
+    assert cap.edges["n0.nic0.tx", SPINE]["capacity"] == cap.edges[SPINE, "n1.nic1.rx"]["capacity"] == 25.0
+    assert edge["bandwidth_GBps"] == 25.0                          # 50 GB/s NIC / oversubscription 2
+    assert edge["alpha_us"] == pytest.approx(0.25 + 2.6 + 0.6 + 0.25)
+    # the NIC's own egress and ingress bound both ways out of it: leaf and spine
+    assert cap.edges["n0.nic0.out", "n0.nic0.tx"]["capacity"] == 50.0
+    assert set(cap.successors("n0.nic0.tx")) == {"rail0.leaf0", SPINE}
+    assert NETWORK not in cap
+
+
+def test_nodes_per_leaf_makes_units_that_meet_at_the_spine(topo):
+    graph = topo(rail_profile(nodes_per_leaf=2), 4)
+    cap = capacity_graph(graph)
+    assert sorted(v for v in cap.nodes if isinstance(v, str) and "leaf" in v) == [
+        "rail0.leaf0", "rail0.leaf1", "rail1.leaf0", "rail1.leaf1"]
+    assert ("n0.nic0.tx", "rail0.leaf0") in graph.edges[0, 2]["resources"]   # nodes 0, 1: one unit
+    assert ("n0.nic0.tx", SPINE) in graph.edges[0, 4]["resources"]           # node 2: the next unit
+    assert graph.edges[0, 4]["bandwidth_GBps"] == 25.0
+
+
+def test_a_rail_network_leaves_one_node_alone(topo):
+    cap = capacity_graph(topo(rail_profile(), 1))
+    assert SPINE not in cap and not any(isinstance(v, str) and "leaf" in v for v in cap.nodes)
