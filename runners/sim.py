@@ -1,4 +1,5 @@
-"""The ``sim`` runner: the alpha-beta simulator (:func:`autotaccl.simulate.simulate`) in the runners' shape.
+"""The ``sim`` runner: the simulator (:func:`autotaccl.simulate.simulate`, with a protocol and instance
+count) in the runners' shape.
 
 The simulator does not tell in-place from out-of-place, so both rows carry the same time. It moves no
 data; correctness comes from :func:`autotaccl.model.algorithm.verify`: a valid algorithm has ``wrong = 0``,
@@ -42,8 +43,15 @@ class SimRunner:
 
 def measure(algorithm: Algorithm, sizes: Sequence[int], *, graph: nx.DiGraph | None = None,
             hardware: str | None = None, nodes: int = 1, dtype: str = "float32", op: str = "sum",
-            inplace: Sequence[bool] = (False, True), **_ignored) -> pd.DataFrame:
-    """Simulated rows for ``algorithm`` on ``graph`` (or on ``hardware`` x ``nodes``)."""
+            inplace: Sequence[bool] = (False, True), protocol: str = "Simple", instances: int = 1,
+            **_ignored) -> pd.DataFrame:
+    """Simulated rows for ``algorithm`` on ``graph`` (or on ``hardware`` x ``nodes``), run with ``protocol``
+    (LL, LL128, Simple) and ``instances`` copies on separate channels."""
+    from autotaccl.model.protocols import canonical_protocol
+
+    protocol = canonical_protocol(protocol)
+    if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
+        raise InputError("--instances", repr(instances), "a whole number >= 1")
     graph = graph_from_options(graph, hardware, nodes)
     check_dtype(dtype), check_op(op)
     coll = algorithm.collective
@@ -62,7 +70,7 @@ def measure(algorithm: Algorithm, sizes: Sequence[int], *, graph: nx.DiGraph | N
         if shape.chunk_elems == 0:
             continue
         outputs = sum(coll.output_chunks(r) for r in range(coll.ranks)) * shape.chunk_elems
-        time_us = simulate(algorithm, graph, shape.size).time_us if valid else math.nan
+        time_us = simulate(algorithm, graph, shape.size, protocol, instances).time_us if valid else math.nan
         for mode in inplace:
             rows.append(make_row(coll, shape.size, shape.count, dtype, op, mode, time_us, 0 if valid else outputs))
     return frame(rows)

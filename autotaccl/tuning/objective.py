@@ -120,8 +120,9 @@ class Objective:
         trial.set_user_attr("synth_seconds", synth.seconds)
         trial.set_user_attr("solver_status", synth.status)
 
-        sim = size_results(simulate_times(synth.algorithm, self.graph, self.reference.sizes), self.reference,
-                           cfg.collective, self.ranks, simulated=True)
+        st = record["settings"]
+        sim = size_results(simulate_times(synth.algorithm, self.graph, self.reference.sizes, st.protocol, st.instances),
+                           self.reference, cfg.collective, self.ranks, simulated=True)
         sim_score = score(sim)
         trial.set_user_attr("sim_score", sim_score)
         record["results"], record["fidelity"] = sim, "sim"
@@ -138,7 +139,6 @@ class Objective:
             try:
                 xml = None
                 if cfg.runner == "nccl-tests":
-                    st = record["settings"]
                     xml = lower_xml(synth.algorithm, st.protocol, st.instances)
                 with measuring(cfg.storage, cfg.out_dir, cfg.runner, cfg.runner_options) as window:
                     trial.set_user_attr("measure_hosts", list(window.hosts))
