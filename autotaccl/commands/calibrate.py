@@ -53,6 +53,8 @@ def observations(specs, graph, algorithms, protocols) -> list:
 
     out = []
     ranks = graph.number_of_nodes()
+    algorithms = None if algorithms is None else [canonical_algorithm(a, "--algorithm") for a in algorithms]
+    protocols = None if protocols is None else [canonical_protocol(p, "--protocol") for p in protocols]
     for spec in specs:
         path, given = split_spec(spec)
         table = read_table(path)
