@@ -292,8 +292,9 @@ def _fluid(plan: _Plan, nbytes: list[float], k: int) -> float:
         # than the arc's smaller share (before or after), they are limited elsewhere
         for a, before in dirty.items():
             others = users[a]
-            if others:
-                low = share[a] / max(before, len(others)) * (1 - 1e-9)
+            now_using = len(others)
+            if now_using and now_using != before:   # (the same count: one left, one came; the share stands)
+                low = share[a] / max(before, now_using) * (1 - 1e-9)
                 for job in others:
                     if rate[job] >= low:
                         affected.add(job)

@@ -108,6 +108,7 @@ class _Param:
 
 
 OFFSET_UNIT = 10.0        # µs per unit of the launch offset's x
+SLOWER = (0.8, 0.6)       # further starts for the tree's and NVLS's efficiency, as shares of the profile's
 
 
 def _scale_protocols(field_name: str, protocols: Sequence[str] | None = None):
@@ -220,10 +221,18 @@ def _fit(problem: _Problem, params: Sequence[_Param], start: np.ndarray) -> np.n
 
     low = np.array([p.low for p in params])
     high = np.array([p.high for p in params])
-    result = least_squares(residuals, np.clip(start, low + 1e-9, high - 1e-9), bounds=(low, high),
-                           loss="soft_l1", f_scale=0.05, x_scale=1.0, diff_step=1e-3, max_nfev=400,
-                           jac="3-point")   # central differences: a max() of two tied terms still has a slope
-    return result.x
+    starts = [start]
+    for i, p in enumerate(params):      # which algorithm wins where can flip: also start from a slower tree/NVLS
+        if p.name in ("efficiency:tree", "efficiency:nvls"):
+            starts += [np.where(np.arange(len(params)) == i, math.log(f), start) for f in SLOWER]
+    best = None
+    for x0 in starts:
+        result = least_squares(residuals, np.clip(x0, low + 1e-9, high - 1e-9), bounds=(low, high),
+                               loss="soft_l1", f_scale=0.05, x_scale=1.0, diff_step=1e-3, max_nfev=400,
+                               jac="3-point")   # central differences: a max() of two tied terms still has a slope
+        if best is None or result.cost < best.cost:
+            best = result
+    return best.x
 
 
 def _offset_start(problem: _Problem) -> float:
