@@ -37,7 +37,7 @@ import networkx as nx
 from .baselines import _NotApplicable, _layout, baseline
 from .errors import InputError
 from .model.collectives import canonical_name, make_collective
-from .model.protocols import PROTOCOLS, Nvls, Protocol, canonical_protocol
+from .model.protocols import Nvls, Protocol, canonical_protocol
 from .model.topology import is_network_arc, num_ranks
 from .simulate import Costs, algorithm_costs
 

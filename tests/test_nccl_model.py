@@ -91,3 +91,43 @@ def test_shipped_profiles_predict_the_large_sizes_of_measured_tables(name, algor
         assert row.time_us == pytest.approx(times[row.bytes], rel=within), row
     if name.startswith("06"):
         assert {r.algorithm for r in rows} == {"nvls"}
+
+
+def test_cli_prints_nccl_tests_columns_and_the_json_shape(capsys):
+    import json
+
+    from autotaccl.cli import main
+
+    assert main(["nccl-model", "--hardware", "dgx-h100", "--collective", "allreduce", "--sizes", "8,1G"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    header = next(line for line in out if "algorithm" in line).split()
+    assert header[1:] == ["size", "count", "type", "redop", "root", "time", "algbw", "busbw", "algorithm", "protocol",
+                          "channels"]
+    rows = [line.split() for line in out if not line.startswith("#")]
+    assert [r[0] for r in rows] == ["8", "1073741824"] and rows[0][9] == "LL"
+    assert main(["nccl-model", "--hardware", "dgx-a100", "--nodes", "2", "--collective", "allgather", "--sizes", "1M",
+                 "--algorithm", "ring", "--protocol", "Simple", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    (row,) = data["rows"]
+    assert set(row) == {"bytes", "time_us", "algbw", "busbw", "algorithm", "protocol", "channels"}
+    assert (row["algorithm"], row["protocol"], row["channels"]) == ("ring", "Simple", 24)
+
+
+def test_simulate_cli_takes_protocol_and_instances(tmp_path, capsys):
+    import json
+
+    from autotaccl.cli import main
+
+    path = tmp_path / "ring.json"
+    assert main(["baseline", "--hardware", "dgx-h100", "--collective", "allgather", "--algorithm", "ring",
+                 "-o", str(path)]) == 0
+    times = {}
+    for protocol, instances in (("Simple", 1), ("Simple", 8), ("LL", 1)):
+        capsys.readouterr()
+        assert main(["simulate", str(path), "--hardware", "dgx-h100", "--sizes", "1K,1G", "--protocol", protocol,
+                     "--instances", str(instances), "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert (data["protocol"], data["instances"]) == (protocol, instances)
+        times[protocol, instances] = [r["time_us"] for r in data["rows"]]
+    assert times["Simple", 8][1] < times["Simple", 1][1] / 4     # one channel cannot fill the switch port
+    assert times["LL", 1][0] < times["Simple", 1][0]             # LL's latency wins small

@@ -215,3 +215,27 @@ def test_profile_from_dict_never_accepts_a_non_mapping():
     for value in (None, [], "ndv2", 3):
         with pytest.raises(InputError, match="document: a mapping"):
             profile_from_dict(value, "x.yaml")
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_profile_to_dict_reads_back_to_the_same_profile(name):
+    from dataclasses import replace
+
+    from autotaccl.model.hardware import profile_to_dict
+
+    profile = load_hardware(name)
+    again = profile_from_dict(profile_to_dict(profile), profile.source)
+    assert replace(again, description=profile.description) == profile
+    assert profile.nccl.channels > 1 and profile.gpu in ("volta", "ampere", "hopper")
+
+
+def test_protocol_defaults_follow_the_gpu_generation():
+    h100, a100 = load_hardware("dgx-h100"), load_hardware("dgx-a100")
+    assert h100.protocols["Simple"].channel_GBps == 38.7 and a100.protocols["Simple"].channel_GBps == 24.0
+    assert h100.protocols["LL"].efficiency == 0.5 and h100.protocols["LL128"].efficiency == 120 / 128
+    assert h100.nccl.nvls is not None and a100.nccl.nvls is None
+    partial = profile_from_dict({"name": "p", "gpus_per_node": 2, "gpu": "hopper",
+                                 "link_classes": {"l": {"alpha_us": 1, "bandwidth_GBps": 10}},
+                                 "links": {"class": "l", "pairs": [[0, 1, 1]]},
+                                 "protocols": {"LL": {"launch_us": 3.0}}}, "<p>")
+    assert partial.protocols["LL"].launch_us == 3.0 and partial.protocols["LL"].channel_GBps == 141.0 / 24
