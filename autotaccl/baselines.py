@@ -105,6 +105,14 @@ class BaselineRun(NamedTuple):
     instances: int
 
 
+def ways_through_node(graph: nx.DiGraph) -> int:
+    """How many equally good ways a multi-node ring or tree has through a node (NIC crossings); 1 on one node."""
+    try:
+        return len(_layout(graph).paths)
+    except _NotApplicable:
+        return 1
+
+
 def channel_options(graph: nx.DiGraph, algo: str) -> list[tuple[int, int]]:
     """``(channels, instances)`` a baseline is tried with: one channel, and NCCL's channel count (the
     profile's ``nccl.channels``) as distinct rings or tree pairs (two ring directions per way through a
@@ -113,11 +121,8 @@ def channel_options(graph: nx.DiGraph, algo: str) -> list[tuple[int, int]]:
         return [(1, 1)]
     profile = graph.graph.get("profile")
     nccl = profile.nccl.channels if profile is not None else graph.graph["gpus_per_node"]
-    try:
-        ways = len(_layout(graph).paths)
-    except _NotApplicable:
-        ways = 1
-    distinct = max(1, min(nccl, MAX_DISTINCT, 2 * ways if algo == "ring" else ways))
+    distinct = max(1, min(nccl, MAX_DISTINCT, 2 * ways_through_node(graph) if algo == "ring"
+                          else ways_through_node(graph)))
     return sorted({(1, 1), (min(2, nccl), 1) if algo == "ring" else (1, 1), (distinct, max(1, nccl // distinct))})
 
 

@@ -16,7 +16,7 @@ choice (``algorithms=``/``protocols=``).
   multicast stores), ``S`` for AllGather/ReduceScatter, at the switch rate times ``nvls.efficiency``.
 * ``nvls_tree`` (AllReduce across nodes with NVLS): NVLS inside the node, the tree's traffic on the NICs.
 * ``p2p`` (AllToAll, NCCL's grouped send/receive): every rank sends straight to every other over
-  ``nccl.p2p_channels_per_peer`` channels per peer.
+  ``nccl.p2p_channels_per_peer`` channels per peer, with LL up to ``P2P_LL_BYTES`` per peer, else Simple.
 * ``pat`` and ``collnet``: not modelled (:data:`NOT_MODELLED` says why).
 
 Bandwidths assume all ``nccl.channels`` channels, as NCCL's own cost model does; the channel count
@@ -34,7 +34,7 @@ from typing import Iterable, Mapping, Sequence
 
 import networkx as nx
 
-from .baselines import _NotApplicable, _layout, baseline
+from .baselines import MAX_DISTINCT, baseline, ways_through_node
 from .errors import InputError
 from .model.collectives import canonical_name, make_collective
 from .model.protocols import Nvls, Protocol, canonical_protocol
@@ -52,6 +52,7 @@ SIMPLE_ONLY = ("nvls", "nvls_tree")
 TREE_PASSES = 2
 THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
 THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
+NVLS_CHANNELS = 16            # NCCL_NVLS_NCHANNELS default on Hopper (enqueue.cc: "NVLS should not need more than 16")
 P2P_LL_BYTES = 16 << 10       # NCCL_P2P_LL_THRESHOLD: send/receive of at most this many bytes per peer use LL
 _ALIASES = {"nvlstree": "nvls_tree", "nvls-tree": "nvls_tree", "collnetdirect": "collnet", "collnetchain": "collnet",
             "collnet_direct": "collnet", "collnet_chain": "collnet", "sendrecv": "p2p"}
@@ -126,7 +127,6 @@ class Candidate:
     distinct: int = 1
     net_costs: Costs | None = None   # nvls_tree: the tree's NIC traffic
     ranks: int = 2
-    gpus_per_node: int = 1
     switch_class: str = ""
     switch_rate: float = 0.0     # GB/s line rate of a GPU's switch port
     share: float = 1.0           # nvls: bytes per port and direction per byte of size
@@ -153,14 +153,12 @@ class Candidate:
         # all of NCCL's channels (its cost model's assumption: it drops channels only where a call is too
         # small for them to matter): the distinct ones channels / distinct times over
         arcs = costs.bandwidth_us(size, replace(proto, channel_GBps=math.inf), terms.efficiency)
-        per_channel = size * costs.connection_load * self.distinct / terms.channels / (proto.channel_GBps * 1e3)
+        channels = terms.p2p_channels_per_peer if self.algorithm == "p2p" else terms.channels
+        per_channel = size * costs.connection_load * self.distinct / channels / (proto.channel_GBps * 1e3)
         if self.algorithm == "tree":    # one thread block per channel moves every byte up and down (tuning.cc's
             per_channel *= TREE_PASSES  # 0.5 bus-to-algorithm bandwidth), at NCCL's tree efficiency
             return costs.latency_us(proto) + max(arcs, per_channel) / terms.tree_efficiency
         return costs.latency_us(proto) + max(arcs, per_channel)
-
-
-NVLS_CHANNELS = 16     # NCCL_NVLS_NCHANNELS default on Hopper (enqueue: "NVLS should not need more than 16")
 
 
 def _net_bandwidth(costs: Costs, size: float, proto: Protocol, efficiency: Mapping[str, float]) -> float:
@@ -173,19 +171,10 @@ def _schedule_costs(graph: nx.DiGraph, collective: str, algorithm: str, channels
     return algorithm_costs(baseline(graph, collective, algorithm, channels), graph, protocol)
 
 
-def _ways(graph: nx.DiGraph) -> int:
-    try:
-        return len(_layout(graph).paths)
-    except _NotApplicable:
-        return 1
-
-
 def candidates(graph: nx.DiGraph, collective: str, algorithms: Iterable[str] | None = None,
                protocols: Iterable[str] | None = None, terms: Terms | None = None) -> tuple[list[Candidate], list[str]]:
     """The (algorithm, protocol) pairs NCCL could run for ``collective`` on ``graph``, and notes on those
     it has but we do not model or the machine lacks."""
-    from .baselines import MAX_DISTINCT
-
     name = canonical_name(collective)
     terms = terms or Terms.of(graph)
     profile = graph.graph["profile"]
@@ -213,22 +202,23 @@ def candidates(graph: nx.DiGraph, collective: str, algorithms: Iterable[str] | N
                 notes.append(f"{algo}: runs the Simple protocol only")
                 continue
             share = {"allreduce": 1 + 1 / gpn}.get(name, 1.0)
-            net = _schedule_costs(graph, name, "tree", max(1, min(_ways(graph), MAX_DISTINCT)), "Simple") \
+            net = _schedule_costs(graph, name, "tree", max(1, min(ways_through_node(graph), MAX_DISTINCT)), "Simple") \
                 if algo == "nvls_tree" else None
-            out.append(Candidate(algo, "Simple", "nvls", net_costs=net, ranks=ranks, gpus_per_node=gpn,
-                                 switch_class=switch.link_class,
+            out.append(Candidate(algo, "Simple", "nvls", net_costs=net, ranks=ranks, switch_class=switch.link_class,
                                  switch_rate=profile.link_classes[switch.link_class].bandwidth_GBps, share=share))
             continue
         if algo == "p2p":
             base, distinct = "direct", 1
         elif algo == "tree":
-            base, distinct = "tree", max(1, min(_ways(graph), MAX_DISTINCT, terms.channels))
+            base, distinct = "tree", max(1, min(ways_through_node(graph), MAX_DISTINCT, terms.channels))
         else:
-            base, distinct = "ring", max(1, min(2 * _ways(graph), MAX_DISTINCT, terms.channels))
+            base, distinct = "ring", max(1, min(2 * ways_through_node(graph), MAX_DISTINCT, terms.channels))
         try:
             for proto in protos:
+                if algo == "p2p" and proto == "LL128":      # NCCL's send/receive runs LL or Simple
+                    continue
                 costs = _schedule_costs(graph, name, base, distinct, proto)
-                out.append(Candidate(algo, proto, "schedule", costs, distinct, ranks=ranks, gpus_per_node=gpn))
+                out.append(Candidate(algo, proto, "schedule", costs, distinct, ranks=ranks))
         except InputError as err:
             notes.append(f"{algo}: not possible on {graph.graph.get('name')} ({err.expected})")
     return out, notes
