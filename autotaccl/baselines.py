@@ -121,9 +121,12 @@ def channel_options(graph: nx.DiGraph, algo: str) -> list[tuple[int, int]]:
         return [(1, 1)]
     profile = graph.graph.get("profile")
     nccl = profile.nccl.channels if profile is not None else graph.graph["gpus_per_node"]
-    distinct = max(1, min(nccl, MAX_DISTINCT, 2 * ways_through_node(graph) if algo == "ring"
-                          else ways_through_node(graph)))
-    return sorted({(1, 1), (min(2, nccl), 1) if algo == "ring" else (1, 1), (distinct, max(1, nccl // distinct))})
+    ways = ways_through_node(graph) * (2 if algo == "ring" else 1)
+    distinct = max(1, min(nccl, MAX_DISTINCT, ways))
+    options = {(1, 1), (distinct, max(1, nccl // distinct))}
+    if algo == "ring":
+        options.add((min(2, nccl), 1))       # one ring each way
+    return sorted(options)
 
 
 SIMULATED = 2          # ways per size that best_runs simulates: those with the best closed-form estimates
