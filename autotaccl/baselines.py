@@ -5,13 +5,14 @@ The baselines are what a synthesized algorithm must beat (NCCL's and MSCCL's cla
 * ``ring``: NCCL's ring. The ring follows a Hamiltonian cycle of each node's own links (the fastest
   one we find: NDv2's double NVLinks, any order on a switch), leaving a node where a NIC edge exists.
   AllGather, ReduceScatter, AllReduce (= ReduceScatter then AllGather on the same ring), Broadcast
-  (a pipelined chain). ``channels`` > 1 runs that many rings at once (chunk-up = channels): channel
-  ``2m+1`` is channel ``2m`` reversed, and each pair leaves a node through another GPU's NIC where
-  the profile has several equally good ones (NCCL's one ring per NIC).
+  (a pipelined chain). ``channels`` > 1 runs that many rings at once, each on its own channel
+  (chunk-up = channels): channel ``2m+1`` is channel ``2m`` reversed, and each pair leaves a node
+  through another GPU's NIC where the profile has several equally good ones (NCCL's one ring per NIC).
 * ``tree``: NCCL's double binary tree for AllReduce: inside a node a chain along the ring path, across
   nodes two complementary binary trees (a node that is a leaf in one is inner in the other). Each
-  tree reduces half the buffer up and broadcasts it back down, pipelined slot by slot (``channels``
-  multiplies the slots). Broadcast uses the first tree re-rooted at the root.
+  tree reduces half the buffer up and broadcasts it back down, pipelined slot by slot. ``channels``
+  > 1 runs that many pairs of trees, each on its own channel and crossing between nodes at another
+  GPU where the profile has several equally good ones. Broadcast uses the first tree re-rooted at the root.
 * ``hierarchical`` (2+ nodes): ring inside every node, ring across nodes among GPUs of equal local
   index, then ring inside every node again (AllGather: across, then inside; ReduceScatter: inside,
   then across; AllReduce: reduce-scatter inside, all-reduce across, all-gather inside).
@@ -26,9 +27,9 @@ Every transfer uses an edge of the graph; logical steps follow the textbook sche
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Iterable, Literal, Sequence, get_args
+from typing import Iterable, Literal, NamedTuple, Sequence, get_args
 
 import networkx as nx
 
@@ -50,7 +51,7 @@ _FOR = {"ring": ("allgather", "reducescatter", "allreduce", "broadcast"),
 
 
 _CHANNELED = ("ring", "tree")
-MAX_RING_CHANNELS = 16   # best_baseline's widest ring: a ring's transfers grow as channels x ranks^2 (72-GPU nodes)
+MAX_DISTINCT = 16       # distinct channels a baseline is simulated with; more are instances of them
 
 
 class _NotApplicable(Exception):
@@ -96,26 +97,85 @@ def applicable_baselines(graph: nx.DiGraph, collective_name: str) -> list[str]:
     return out
 
 
+class BaselineRun(NamedTuple):
+    """How fast a baseline runs at one size, and how: protocol, channels (distinct rings or tree pairs)
+    and instances (copies of those channels side by side)."""
+
+    time_us: float
+    protocol: str
+    channels: int
+    instances: int
+
+
+def ways_through_node(graph: nx.DiGraph) -> int:
+    """How many equally good ways a multi-node ring or tree has through a node (NIC crossings); 1 on one node."""
+    try:
+        return len(_layout(graph).paths)
+    except _NotApplicable:
+        return 1
+
+
+def channel_options(graph: nx.DiGraph, algo: str) -> list[tuple[int, int]]:
+    """``(channels, instances)`` a baseline is tried with: one channel, and NCCL's channel count (the
+    profile's ``nccl.channels``) as distinct rings or tree pairs (two ring directions per way through a
+    node, at most ``MAX_DISTINCT``) times instances of them. Only rings and trees take channels."""
+    if algo not in _CHANNELED:
+        return [(1, 1)]
+    profile = graph.graph.get("profile")
+    nccl = profile.nccl.channels if profile is not None else graph.graph["gpus_per_node"]
+    ways = ways_through_node(graph) * (2 if algo == "ring" else 1)
+    distinct = max(1, min(nccl, MAX_DISTINCT, ways))
+    options = {(1, 1), (distinct, max(1, nccl // distinct))}
+    if algo == "ring":
+        options.add((min(2, nccl), 1))       # one ring each way
+    return sorted(options)
+
+
+SIMULATED = 2          # ways per size that best_runs simulates: those with the best closed-form estimates
+
+
+def best_runs(graph: nx.DiGraph, collective_name: str, algo: str, sizes: Sequence[int]) -> list[BaselineRun]:
+    """Per size, the fastest simulated way to run baseline ``algo`` over :func:`channel_options` and
+    protocols. The ways are ranked by the closed form (:func:`autotaccl.simulate.estimate`) and the best
+    ``SIMULATED`` of them simulated: a 16-channel ring on 32 ranks has 30,000 transfers."""
+    from .simulate import PROTOCOLS, algorithm_costs, link_efficiency, protocol_terms, simulate_sizes
+
+    ways = []
+    for channels, instances in channel_options(graph, algo):
+        algorithm = baseline(graph, collective_name, algo, channels)
+        for protocol in PROTOCOLS:
+            ways.append((algorithm, protocol, channels, instances, algorithm_costs(algorithm, graph, protocol),
+                         protocol_terms(graph, protocol)))
+    efficiency = link_efficiency(graph)
+    chosen: dict[int, list[int]] = {}           # way -> indices of the sizes it is simulated at
+    for i, size in enumerate(sizes):
+        score = [c.latency_us(p) + c.bandwidth_us(size, p, efficiency, inst) for _, _, _, inst, c, p in ways]
+        for w in sorted(range(len(ways)), key=score.__getitem__)[:SIMULATED]:
+            chosen.setdefault(w, []).append(i)
+    best: list[BaselineRun | None] = [None] * len(sizes)
+    for w, at in chosen.items():
+        algorithm, protocol, channels, instances = ways[w][:4]
+        for i, r in zip(at, simulate_sizes(algorithm, graph, [sizes[i] for i in at], protocol, instances)):
+            if best[i] is None or r.time_us < best[i].time_us:
+                best[i] = BaselineRun(r.time_us, protocol, channels, instances)
+    return best
+
+
 def best_baseline(graph: nx.DiGraph, collective_name: str, size: int):
-    """``(name, algorithm, SimResult)`` of the applicable baseline the simulator finds fastest at ``size``.
+    """``(name, algorithm, SimResult)`` of the applicable baseline the simulator finds fastest at ``size``,
+    over its channel options (:func:`channel_options`) and protocols."""
+    from .simulate import simulate
 
-    Rings are tried with 1, 2 and one-per-GPU-of-a-node channels (at most ``MAX_RING_CHANNELS``), as
-    NCCL runs several rings at once.
-    """
-    from .selection import Candidate, fastest
-
-    candidates = (Candidate(baseline(graph, collective_name, algo, channels), algo)
-                  for algo in applicable_baselines(graph, collective_name)
-                  for channels in _channel_options(graph, algo))
-    best, _ = fastest(candidates, graph, size)
+    best = None
+    for algo in applicable_baselines(graph, collective_name):
+        run = best_runs(graph, collective_name, algo, [size])[0]
+        if best is None or run.time_us < best[2].time_us:
+            algorithm = baseline(graph, collective_name, algo, run.channels)
+            best = (algo, algorithm, simulate(algorithm, graph, size, run.protocol, run.instances))
     if best is None:
         raise ParameterError("collective", canonical_name(collective_name),
-                         f"a collective some baseline can run on {graph.graph.get('name')}")
-    return best.candidate.label, best.candidate.algorithm, best.result
-
-
-def _channel_options(graph: nx.DiGraph, algo: str) -> list[int]:
-    return sorted({1, 2, min(graph.graph["gpus_per_node"], MAX_RING_CHANNELS)}) if algo == "ring" else [1]
+                             f"a collective some baseline can run on {graph.graph.get('name')}")
+    return best
 
 
 def _names_for(collective: str) -> list[str]:
@@ -331,12 +391,16 @@ def _hops(path: Sequence[int], chunk: int, step0: int) -> list[Transfer]:
 
 
 def _assemble(transfers: Iterable[Transfer]) -> tuple[Transfer, ...]:
-    """Program order = step order; transfers of one step between the same ranks become one."""
+    """Program order = step order; transfers of one step between the same ranks on one channel become one."""
     merged: dict[tuple, list[int]] = {}
     for t in sorted(transfers, key=lambda t: t.step):
-        merged.setdefault((t.step, t.src, t.dst, t.op, t.link), []).extend(c for c in t.chunks)
-    return renumber_steps(Transfer(tuple(dict.fromkeys(chunks)), src, dst, step, op, link)
-                          for (step, src, dst, op, link), chunks in merged.items())
+        merged.setdefault((t.step, t.src, t.dst, t.op, t.link, t.channel), []).extend(c for c in t.chunks)
+    return renumber_steps(Transfer(tuple(dict.fromkeys(chunks)), src, dst, step, op, link, channel=channel)
+                          for (step, src, dst, op, link, channel), chunks in merged.items())
+
+
+def _on(channel: int, transfers: Iterable[Transfer]) -> list[Transfer]:
+    return [replace(t, channel=channel) for t in transfers]
 
 
 def _algorithm(graph: nx.DiGraph, algo: str, collective: Collective, transfers: Iterable[Transfer],
@@ -369,14 +433,14 @@ def _build_ring(graph: nx.DiGraph, name: str, channels: int) -> Algorithm:
         for i, ring in enumerate(rings):  # a pipelined chain from the root
             start = ring.index(coll.root)
             chain = ring[start:] + ring[:start]
-            out += [Transfer((j,), chain[p], chain[p + 1], j // channels + p)
+            out += [Transfer((j,), chain[p], chain[p + 1], j // channels + p, channel=i)
                     for j in range(i, k, channels) for p in range(R - 1)]
         return _algorithm(graph, "ring", coll, out, channels=channels)
     coll = Collective(name, R, channels)
     build = {"allgather": _ring_allgather, "reducescatter": _ring_reducescatter, "allreduce": _ring_allreduce}[name]
     out = []
     for i, ring in enumerate(rings):
-        out += build(ring, [(r * channels + i,) for r in ring], 0)
+        out += _on(i, build(ring, [(r * channels + i,) for r in ring], 0))
     return _algorithm(graph, "ring", coll, out, channels=channels)
 
 
@@ -399,14 +463,18 @@ def _binary_tree(order: Sequence[int]) -> dict[int, int | None]:
     return parent
 
 
-def _double_tree(graph: nx.DiGraph) -> list[dict[int, int | None]]:
-    """NCCL's two trees over all ranks: chains inside nodes, complementary binary trees across them."""
+def _double_tree(graph: nx.DiGraph, variant: int = 0) -> list[dict[int, int | None]]:
+    """NCCL's two trees over all ranks: chains inside nodes, complementary binary trees across them.
+
+    Different ``variant`` numbers run the chains through other equally good paths, so the trees cross
+    between nodes at other GPUs (NCCL's channels spread over the NICs)."""
     lay = _layout(graph)
     nodes = list(range(lay.nodes))
+    path = lay.paths[variant % len(lay.paths)]
     # even node count: mirror; odd: shift by one (so leaves of one tree are mostly inner in the other)
     other = nodes[::-1] if lay.nodes % 2 == 0 else nodes[1:] + nodes[:1]
     trees = []
-    for t, (order, chain) in enumerate(((nodes, lay.path), (other, lay.path[::-1]))):
+    for t, (order, chain) in enumerate(((nodes, path), (other, path[::-1]))):
         across = _binary_tree(order)
         parent: dict[int, int | None] = {}
         for n in nodes:
@@ -435,9 +503,12 @@ def _build_tree(graph: nx.DiGraph, name: str, channels: int) -> Algorithm:
         coll = Collective(name, R, R)
         return _algorithm(graph, "tree", coll, _tree_broadcast(_reroot(trees[0], coll.root), range(R), 0))
     coll = Collective(name, R, channels)
-    slots = list(range(coll.num_chunks))
-    half = (len(slots) + 1) // 2
-    out = _tree_allreduce(trees[0], slots[:half], 0) + _tree_allreduce(trees[1], slots[half:], 0)
+    out = []
+    for c in range(channels):   # channel c: every channels-th slot, half on each of its two trees
+        pair = trees if c == 0 else _double_tree(graph, c)
+        slots = list(range(c, coll.num_chunks, channels))
+        half = (len(slots) + 1) // 2
+        out += _on(c, _tree_allreduce(pair[0], slots[:half], 0) + _tree_allreduce(pair[1], slots[half:], 0))
     return _algorithm(graph, "tree", coll, out, channels=channels)
 
 

@@ -1,25 +1,34 @@
-"""Alpha-beta, event-driven simulation of an :class:`~autotaccl.model.algorithm.Algorithm` on a topology graph.
+"""Event-driven fluid simulation of an :class:`~autotaccl.model.algorithm.Algorithm` on a topology graph,
+for one runtime protocol (LL, LL128, Simple) and instance count.
 
-Model (TACCL's port serialisation):
+Model (every term from the graph's hardware profile, ``hardware/README.md``; :mod:`autotaccl.model.protocols`):
 
-* A transfer on edge ``(u, v)`` moves ``len(chunks) * chunk_bytes`` bytes and takes
-  ``alpha_us + bytes / (bandwidth_GBps * 1e3)`` µs. While it runs it holds *every* capacity-graph arc
-  in the edge's ``resources`` exclusively (an NVLink bundle, switch ports, a PCIe hop, a NIC), so two
-  transfers that share any arc serialise; the edge bandwidth is already the minimum over those arcs.
-* It may start once its data dependencies have finished and all its resources are free. The
-  dependencies follow from list order on ``(rank, chunk)``: the last earlier write of every value it
-  reads or writes (read-after-write, write-after-write) and every earlier read of a value it overwrites
-  since that value was last written (write-after-read). A reduce also reads its destination.
-* Greedy list scheduling: whenever something finishes, the waiting transfers whose data is ready start
-  in priority order (round, then list order) wherever all their resources are free.
+* **Time** = the protocol's ``launch_us`` (once per call) + the makespan of the transfers.
+* **Latency.** A transfer on edge ``u -> v`` becomes ready when its data dependencies have finished;
+  ``alpha`` later (the edge's ``alpha_us``, the sum of its arcs', plus the protocol's ``hop_us`` inside a
+  node or ``net_hop_us`` across the network) its bytes can start to move.
+* **Connections.** A transfer runs on the connection ``(src, dst, channel)``; instance ``i`` of ``I``
+  runs the same transfer on its own channel with ``1/I`` of the bytes (the lowering's instances,
+  ``formats/msccl/lower/replicate.py``). A connection moves one transfer at a time: the others wait,
+  in priority order (round, then list order), while their latency overlaps the moving one's bytes (a
+  runtime keeps several steps in flight per connection).
+* **Link sharing.** While it moves, a transfer's bytes cross every arc of its edge (an NVLink bundle,
+  a switch out-port and in-port, a GPU-NIC hop, a NIC's egress and ingress). An arc's payload rate is
+  ``capacity * link efficiency * protocol efficiency``, shared equally by the channel copies crossing
+  it; a copy moves at the smallest of its shares and at most at the protocol's ``channel_GBps`` (one
+  thread block cannot fill a fast link). Rates change whenever a transfer starts or ends (a fluid,
+  fair-share model: NICs and switch ports are still contended, but nobody holds a path it does not fill).
 
-Pipelining: a runtime never moves a large buffer in one piece. NCCL and MSCCL (Simple protocol) split
-each chunk into slices of roughly 512 KiB-1 MiB per step and keep several steps in flight, so later
-slices fill the pipeline while earlier ones are still travelling. We model that with rounds of at most
-``ROUND_BYTES`` = 1 MiB per chunk: if a chunk is larger, the algorithm runs in
-``k = min(ceil(chunk_bytes / ROUND_BYTES), MAX_ROUNDS)`` rounds over slices of ``chunk_bytes / k``.
-Each round is an independent copy of the transfer list; the copies only compete for resources, where
-earlier rounds win. Every algorithm (baselines and synthesized ones alike) is simulated this way.
+Pipelining: a runtime never moves a large buffer in one piece. NCCL and MSCCL split each chunk into
+slices per step and keep several steps in flight, so later slices fill the pipeline while earlier ones
+are still travelling. We model that with rounds of at most ``ROUND_BYTES`` = 1 MiB per chunk (and
+instance copy): a larger chunk runs ``k = min(ceil(chunk / ROUND_BYTES), MAX_ROUNDS)`` rounds over
+slices of ``chunk / k``. Each round is an independent copy of the transfer list; rounds only share
+connections and links.
+
+:func:`estimate` is the closed form the simulation approaches: launch + the latency-critical path + the
+bytes on the busiest arc or connection over its rate. The NCCL model (:mod:`autotaccl.nccl_model`)
+evaluates stock NCCL's algorithms with it.
 
 Bandwidths follow nccl-tests (``msccl-xml-and-nccl-tests.md`` §5.4): ``algbw = size / time`` in
 decimal GB/s (bytes/µs/1e3) and ``busbw = algbw * collective.busbw_factor``.
@@ -28,17 +37,20 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import defaultdict
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Iterable
+from functools import cached_property, lru_cache
+from typing import Iterable, Mapping
 
 import networkx as nx
 
-from .model.algorithm import Algorithm
+from .model.algorithm import Algorithm, Transfer
 from .model.dependencies import transfer_dependencies
+from .model.protocols import PROTOCOLS, Protocol, canonical_protocol, default_protocols
 
 ROUND_BYTES = 1 << 20
 MAX_ROUNDS = 64
+DEFAULT_PROTOCOL = "Simple"
 
 
 @dataclass(frozen=True)
@@ -51,21 +63,19 @@ class SimResult:
 
 @dataclass(frozen=True)
 class _Plan:
-    """What does not depend on the size: dependencies, resources, per-transfer alpha and bandwidth.
+    """What does not depend on the size: dependencies, connections, arcs, latencies and rates."""
 
-    ``groups`` and ``bundles`` only serve the scheduler's bookkeeping (see :func:`_schedule`).
-    """
-    deps: tuple[int, ...]                  # number of dependencies of each transfer
+    deps: tuple[int, ...]                    # number of dependencies of each transfer
     dependents: tuple[tuple[int, ...], ...]
-    resources: tuple[tuple[int, ...], ...]  # resource ids held by each transfer, most contended first
-    alpha_us: tuple[float, ...]
-    chunks: tuple[int, ...]                 # chunks moved by each transfer
-    bandwidth: tuple[float, ...]            # bytes per µs
-    num_resources: int
-    groups: tuple[int, ...]                 # transfers holding the same set of resources share a group
-    num_groups: int
-    bundles: tuple[tuple[int, ...], ...]    # per transfer: the bundle it waits in if resource j is busy
-    pairs: tuple[tuple[int, int], ...]      # per bundle: (the busy resource, the partner); (y, y) if alone
+    conn: tuple[int, ...]                    # connection of each transfer
+    arcs: tuple[tuple[int, ...], ...]        # arcs each transfer's bytes cross
+    alpha_us: tuple[float, ...]              # latency of each transfer (link + protocol)
+    chunks: tuple[int, ...]                  # chunks moved by each transfer
+    share: tuple[float, ...]                 # per arc: payload bytes/µs one instance copy gets when alone
+    ceiling: float                           # per channel: bytes/µs
+    launch_us: float
+    instances: int
+    num_conns: int
 
 
 def rounds(chunk_bytes: float) -> int:
@@ -73,13 +83,23 @@ def rounds(chunk_bytes: float) -> int:
     return max(1, min(math.ceil(chunk_bytes / ROUND_BYTES), MAX_ROUNDS))
 
 
-def simulate(algorithm: Algorithm, graph: nx.DiGraph, size: int) -> SimResult:
+def protocol_terms(graph: nx.DiGraph, protocol: str | None = None) -> Protocol:
+    """The cost terms of ``protocol`` (default Simple) on ``graph``'s profile."""
+    name = canonical_protocol(protocol or DEFAULT_PROTOCOL)
+    profile = graph.graph.get("profile")
+    table = profile.protocols if profile is not None else default_protocols()
+    return table[name]
+
+
+def simulate(algorithm: Algorithm, graph: nx.DiGraph, size: int, protocol: str | None = None,
+             instances: int = 1) -> SimResult:
     """Simulated time and nccl-tests bandwidths of ``algorithm`` on ``graph`` at nccl-tests size ``size``."""
-    return _run(_plan(algorithm, graph), algorithm, size)
+    return _run(_plan(algorithm, graph, protocol, instances), algorithm, size)
 
 
-def simulate_sizes(algorithm: Algorithm, graph: nx.DiGraph, sizes: Iterable[int]) -> list[SimResult]:
-    plan = _plan(algorithm, graph)
+def simulate_sizes(algorithm: Algorithm, graph: nx.DiGraph, sizes: Iterable[int], protocol: str | None = None,
+                   instances: int = 1) -> list[SimResult]:
+    plan = _plan(algorithm, graph, protocol, instances)
     return [_run(plan, algorithm, size) for size in sizes]
 
 
@@ -90,50 +110,53 @@ def simulate_sizes(algorithm: Algorithm, graph: nx.DiGraph, sizes: Iterable[int]
 _dependencies = lru_cache(maxsize=64)(transfer_dependencies)
 
 
-def _plan(algorithm: Algorithm, graph: nx.DiGraph) -> _Plan:
+def _check_instances(instances: int) -> int:
+    if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
+        raise ValueError(f"instances must be a whole number >= 1 (got {instances!r})")
+    return instances
+
+
+def _edge(graph: nx.DiGraph, t: Transfer, i: int) -> dict:
+    if not graph.has_edge(t.src, t.dst):
+        raise ValueError(f"transfer {i}: no link from rank {t.src} to rank {t.dst} in {graph.graph.get('name')}")
+    edge = graph.edges[t.src, t.dst]
+    if not edge["resources"]:
+        raise ValueError(f"transfer {i}: the link from rank {t.src} to rank {t.dst} holds no resources")
+    return edge
+
+
+def _plan(algorithm: Algorithm, graph: nx.DiGraph, protocol: str | None = None, instances: int = 1) -> _Plan:
+    proto = protocol_terms(graph, protocol)
+    instances = _check_instances(instances)
     transfers = algorithm.transfers
     deps = _dependencies(transfers)
     dependents: list[list[int]] = [[] for _ in transfers]
     for i, ds in enumerate(deps):
         for d in ds:
             dependents[d].append(i)
-    ids: dict[tuple, int] = {}
-    group_ids: dict[frozenset, int] = {}
-    edges: dict[tuple[int, int], tuple[int, float, float]] = {}   # (src, dst) -> group, alpha, bytes/µs
+    cap = graph.graph["capacity"]
+    arc_ids: dict[tuple, int] = {}
+    conn_ids: dict[tuple, int] = {}
+    edges: dict[tuple[int, int], tuple[tuple[int, ...], float]] = {}
+    conns, arcs, alphas = [], [], []
     for i, t in enumerate(transfers):
-        if (t.src, t.dst) not in edges:
-            if not graph.has_edge(t.src, t.dst):
-                raise ValueError(f"transfer {i}: no link from rank {t.src} to rank {t.dst} in {graph.graph.get('name')}")
-            edge = graph.edges[t.src, t.dst]
-            if not edge["resources"]:
-                raise ValueError(f"transfer {i}: the link from rank {t.src} to rank {t.dst} holds no resources")
-            held = frozenset(ids.setdefault(arc, len(ids)) for arc in edge["resources"])
-            edges[t.src, t.dst] = (group_ids.setdefault(held, len(group_ids)), float(edge["alpha_us"]),
-                                   float(edge["bandwidth_GBps"]) * 1e3)
-    groups, alphas, bws = zip(*(edges[t.src, t.dst] for t in transfers))
-    users = [0] * len(ids)                  # how many groups use each resource
-    for held in group_ids:
-        for x in held:
-            users[x] -= 1
-    rank = sorted(range(len(ids)), key=users.__getitem__)   # most contended first
-    position = [0] * len(ids)
-    for j, x in enumerate(rank):
-        position[x] = j
-    # per group: its resources, most contended first, and the bundle it waits in when resource j is
-    # busy: that of the busy resource and the group's most contended other resource
-    pair_ids: dict[tuple[int, int], int] = {}
-    group_resources, group_bundles = [], []
-    for held in group_ids:
-        r = sorted(held, key=position.__getitem__)
-        top = r[0]
-        bundle = [pair_ids.setdefault((top, r[1] if len(r) > 1 else top), len(pair_ids))]
-        for y in r[1:]:
-            bundle.append(pair_ids.setdefault((y, top), len(pair_ids)))
-        group_resources.append(tuple(r))
-        group_bundles.append(tuple(bundle))
-    return _Plan(tuple(len(d) for d in deps), tuple(map(tuple, dependents)),
-                 tuple(group_resources[g] for g in groups), alphas, tuple(len(t.chunks) for t in transfers), bws,
-                 len(ids), groups, len(group_ids), tuple(group_bundles[g] for g in groups), tuple(pair_ids))
+        key = (t.src, t.dst)
+        if key not in edges:
+            edge = _edge(graph, t, i)
+            held = tuple(arc_ids.setdefault(a, len(arc_ids)) for a in edge["resources"])
+            hop = proto.net_hop_us if edge.get("kind") == "net" else proto.hop_us
+            edges[key] = (held, float(edge["alpha_us"]) + hop)
+        held, alpha = edges[key]
+        arcs.append(held)
+        alphas.append(alpha)
+        conns.append(conn_ids.setdefault((t.src, t.dst, t.channel, t.link), len(conn_ids)))
+    share = [0.0] * len(arc_ids)
+    for a, j in arc_ids.items():
+        data = cap.edges[a]
+        share[j] = data["capacity"] * 1e3 * data.get("efficiency", 1.0) * proto.efficiency / instances
+    return _Plan(tuple(len(d) for d in deps), tuple(map(tuple, dependents)), tuple(conns), tuple(arcs),
+                 tuple(alphas), tuple(len(t.chunks) for t in transfers), tuple(share), proto.channel_GBps * 1e3,
+                 proto.launch_us, instances, len(conn_ids))
 
 
 # --------------------------------------------------------------------------- event loop
@@ -141,186 +164,227 @@ def _plan(algorithm: Algorithm, graph: nx.DiGraph) -> _Plan:
 
 def _run(plan: _Plan, algorithm: Algorithm, size: int) -> SimResult:
     collective = algorithm.collective
-    n = len(plan.deps)
-    if size <= 0 or n == 0:
+    if size <= 0 or not plan.deps:
         raise ValueError("simulate needs a positive size and at least one transfer")
-    chunk = collective.chunk_bytes(size)
+    chunk = collective.chunk_bytes(size) / plan.instances     # per instance copy
     k = rounds(chunk)
     piece = chunk / k
-    duration = [a + c * piece / bw for a, c, bw in zip(plan.alpha_us, plan.chunks, plan.bandwidth)]
-    time_us = _schedule(plan, duration, k)
+    time_us = plan.launch_us + _fluid(plan, [c * piece for c in plan.chunks], k)
     algbw = size / time_us / 1e3
     return SimResult(size, time_us, algbw, algbw * collective.busbw_factor)
 
 
-_IDLE, _CANDIDATE, _RUNNING = -3, -2, -1   # where a group is when in no bundle (bundle ids are >= 0)
+def _fluid(plan: _Plan, nbytes: list[float], k: int) -> float:
+    """Makespan of ``k`` rounds of the plan (module docstring), transfers of ``nbytes`` per copy.
 
-
-def _schedule(plan: _Plan, duration: list[float], k: int) -> float:
-    """Makespan of ``k`` rounds of the plan under greedy, priority-ordered list scheduling.
-
-    Instance ``r * n + i`` is transfer ``i`` of round ``r``; its id is also its priority. Semantics:
-    whenever transfers finish, every waiting instance whose data is ready is considered in priority
-    order and starts if all its resources are free. The loop below computes exactly that while
-    looking at few waiting instances per event:
-
-    * group: the instances whose transfers hold the same resource set. Only a group's best ready
-      instance (its *head*) can start next; if it cannot, none of the group can, and once it starts
-      the rest must wait for it (the group is _RUNNING, and a candidate again when it finishes). So
-      waiting is tracked per group, never per instance.
-    * bundle: blocked groups that all hold a pair of resources ``(y, z)``, ``y`` busy (a group
-      blocked by ``y`` joins the bundle of ``y`` and its most contended other resource; a
-      one-resource group waits in ``(y, y)``). A bundle is parked on one busy resource of its pair
-      and moves as a whole when that frees while the other is busy: with many rounds waiting for
-      two contended NICs this is one move where single groups would be re-parked by the hundred.
-    * parking: each resource keeps a heap of the bundles parked on it, keyed by their best head.
-    * an event: the resources that just freed are *waking*. The loop repeatedly takes the best of
-      (a) the candidate groups (new heads, groups whose instance finished) and (b) the top bundles
-      of the waking resources, so everything is considered in priority order. A bundle whose
-      partner is busy moves there; otherwise its best group starts if all its resources are free
-      and is re-parked if not. A resource stops waking when it is taken or has nothing parked.
-
-    Heap entries are lazy: an entry is stale (and skipped) once its group or bundle has moved or its
-    best head changed; every change pushes a fresh entry. Parking entries are ``head * B + bundle``
-    (B bundles), waking entries ``key * R + resource`` (R resources).
+    Job ``r * n + i`` is transfer ``i`` of round ``r``; its id is its priority. Events (a heap of
+    ``(time, 2*job)`` for "latency over", ``(time, 2*job + 1)`` for "bytes done") that fall within a
+    relative 1e-12 of each other are handled together, so the many transfers of a symmetric step
+    update the shared rates once. A finish entry is stale unless its time is the job's current
+    ``finish`` (rates changed since it was pushed). Only the jobs on arcs whose user count changed
+    while others use them get new rates.
     """
-    n = len(duration)
-    resources, dependents, group, bundles, pairs = plan.resources, plan.dependents, plan.groups, plan.bundles, plan.pairs
+    n = len(nbytes)
+    deps, dependents, conn_of, arcs_of, alpha = plan.deps, plan.dependents, plan.conn, plan.arcs, plan.alpha_us
+    share, ceiling = plan.share, plan.ceiling
+    solo = [min(ceiling, min(share[a] for a in held)) for held in arcs_of]
     heappush, heappop = heapq.heappush, heapq.heappop
-    nb, nr = len(pairs), plan.num_resources
-    pending = list(plan.deps) * k            # unfinished dependencies per instance
-    busy = [False] * nr
-    ready: list[list[int]] = [[] for _ in range(plan.num_groups)]     # heap of ready instances per group
-    where = [_IDLE] * plan.num_groups        # _IDLE, _CANDIDATE, _RUNNING or the bundle holding it
-    members: list[list[int]] = [[] for _ in range(nb)]   # per bundle: heap of the heads of its groups
-    loc = [-1] * nb                          # per bundle: the resource it is parked on (-1: empty)
-    parked: list[list[int]] = [[] for _ in range(nr)]    # per resource: heap of head * nb + bundle
-    candidates: list[int] = []               # heap of group heads to consider at this event
-    waking: list[int] = []                   # heap of key * nr + resource freed at this event
-    running: list[tuple[float, int]] = []    # heap of (finish time, instance)
-    now = 0.0
-
-    def best(b: int) -> int:
-        """The best head in bundle ``b`` (-1 if empty), dropping stale entries."""
-        heap = members[b]
-        while heap:
-            job = heap[0]
-            g = group[job % n]
-            if where[g] == b and ready[g][0] == job:
-                return job
-            heappop(heap)
-        return -1
-
-    def wake(x: int, key: int) -> int:
-        """One step of the waking resource ``x`` whose best parked entry had key ``key``: move its top
-        bundle if the partner is busy, or take the bundle's best group out and return its head, to be
-        considered now (-1 if none). ``x`` keeps waking while it is free and has bundles parked."""
-        lot = parked[x]
-        if busy[x] or not lot:
-            return -1                        # taken, or nothing left: x stops waking
-        top, b = divmod(lot[0], nb)
-        if top == key:                       # (else the top changed: wake x again at the right key)
-            heappop(lot)
-            if loc[b] == x and best(b) == top:                    # else a stale entry
-                y, z = pairs[b]
-                other = z if y == x else y
-                if busy[other]:              # the whole bundle stays blocked
-                    loc[b] = other
-                    heappush(parked[other], top * nb + b)
-                else:
-                    heappop(members[b])
-                    where[group[top % n]] = _CANDIDATE
-                    nxt = best(b) if members[b] else -1
-                    if nxt < 0:
-                        loc[b] = -1
-                    else:
-                        heappush(lot, nxt * nb + b)
-                    return top               # (the caller wakes x again if it stays free)
-        if lot:
-            heappush(waking, lot[0] // nb * nr + x)
-        return -1
-
-    for r in range(k):                       # increasing ids: every list is a heap
+    total = n * k
+    pending = list(deps) * k
+    rate = [0.0] * total
+    remaining = [0.0] * total
+    since = [0.0] * total
+    finish = [-1.0] * total
+    users: list[set[int]] = [set() for _ in share]     # jobs moving bytes over each arc
+    busy = [False] * plan.num_conns
+    queue: list[list[int]] = [[] for _ in busy]       # per connection: heap of jobs whose latency is over
+    events: list[tuple[float, int]] = []
+    done = 0
+    now = end_time = 0.0
+    eligible: list[int] = []
+    for r in range(k):
+        base = r * n
         for i in range(n):
-            if not plan.deps[i]:
-                job, g = r * n + i, group[i]
-                if not ready[g]:
-                    where[g] = _CANDIDATE
-                    candidates.append(job)
-                ready[g].append(job)
-    while True:
-        # consider candidates and the waking resources' bundles, best first
-        while candidates or waking:
-            if waking and (not candidates or waking[0] < candidates[0] * nr):
-                key, x = divmod(heappop(waking), nr)
-                job = wake(x, key)
-                if job < 0:
-                    continue
-                i = job % n
-                g = group[i]
-            else:
-                job, x = heappop(candidates), -1
-                i = job % n
-                g = group[i]
-                if where[g] != _CANDIDATE or ready[g][0] != job:
-                    continue                 # stale entry
-            # start the head job of its group if all its resources are free, else park the group
-            held = resources[i]
-            for y in held:
-                if busy[y]:
-                    b = bundles[i][held.index(y)]
-                    # the bundle's best is read before g joins, else an old entry of g could look valid
-                    old = best(b) if members[b] else -1
-                    where[g] = b
-                    heappush(members[b], job)
-                    if old < 0:              # an empty bundle is parked on its busy resource y
-                        loc[b] = y
-                        heappush(parked[y], job * nb + b)
-                    elif job < old:
-                        heappush(parked[loc[b]], job * nb + b)
-                    break
-            else:
-                heappop(ready[g])
-                for y in held:
-                    busy[y] = True
-                heappush(running, (now + duration[i], job))
-                where[g] = _RUNNING
-            if x >= 0 and not busy[x] and parked[x]:
-                heappush(waking, parked[x][0] // nb * nr + x)
-        if not running:
-            break
-        # finish everything that ends at the next event time
-        now = running[0][0]
-        freed = []
-        while running and running[0][0] == now:
-            _, job = heappop(running)
-            i, base = job % n, job - job % n
-            freed += resources[i]
-            for x in resources[i]:
-                busy[x] = False
-            g = group[i]
-            if ready[g]:
-                where[g] = _CANDIDATE
-                heappush(candidates, ready[g][0])
-            else:
-                where[g] = _IDLE
+            if not deps[i]:
+                if alpha[i] > 0:
+                    events.append((alpha[i], 2 * (base + i)))
+                else:
+                    eligible.append(base + i)
+    heapq.heapify(events)
+    while events or eligible:
+        finished: list[int] = []
+        if not eligible:
+            now = events[0][0]
+            limit = now + 1e-12 * now
+            while events and events[0][0] <= limit:
+                t, code = heappop(events)
+                job = code >> 1
+                if code & 1:
+                    if finish[job] == t:
+                        finish[job] = -2.0       # done (a second entry with the same time is now stale)
+                        finished.append(job)
+                else:
+                    eligible.append(job)
+        dirty: dict[int, int] = {}              # arc -> its user count before this event
+        freed: list[int] = []
+        for job in finished:
+            i = job % n
+            done += 1
+            end_time = now
+            c = conn_of[i]
+            busy[c] = False
+            freed.append(c)
+            for a in arcs_of[i]:
+                others = users[a]
+                if len(others) > 1 and a not in dirty:
+                    dirty[a] = len(others)
+                others.discard(job)
+            base = job - i
             for d in dependents[i]:
                 inst = base + d
                 pending[inst] -= 1
-                if not pending[inst]:        # ready: a new head is announced where its group is
-                    g = group[d]
-                    heappush(ready[g], inst)
-                    if ready[g][0] == inst:
-                        b = where[g]
-                        if b >= 0:           # (the bundle is not empty: it holds g)
-                            heappush(members[b], inst)
-                            heappush(parked[loc[b]], inst * nb + b)
-                        elif b != _RUNNING:
-                            where[g] = _CANDIDATE
-                            heappush(candidates, inst)
-        for x in freed:
-            if parked[x]:
-                heappush(waking, parked[x][0] // nb * nr + x)
-    if any(pending) or any(ready):
+                if not pending[inst]:
+                    if alpha[d] > 0:
+                        heappush(events, (now + alpha[d], 2 * inst))
+                    else:
+                        eligible.append(inst)
+        for job in eligible:
+            c = conn_of[job % n]
+            heappush(queue[c], job)
+            freed.append(c)
+        eligible = []
+        affected: set[int] = set()
+        for c in freed:
+            if not busy[c] and queue[c]:
+                job = heappop(queue[c])
+                busy[c] = True
+                i = job % n
+                remaining[job] = nbytes[i]
+                since[job] = now
+                for a in arcs_of[i]:
+                    others = users[a]
+                    if others and a not in dirty:
+                        dirty[a] = len(others)
+                    others.add(job)
+                affected.add(job)
+        # a job's rate can only change where an arc's share crosses it: skip those moving slower
+        # than the arc's smaller share (before or after), they are limited elsewhere
+        for a, before in dirty.items():
+            others = users[a]
+            now_using = len(others)
+            if now_using and now_using != before:   # (the same count: one left, one came; the share stands)
+                low = share[a] / max(before, now_using) * (1 - 1e-9)
+                for job in others:
+                    if rate[job] >= low:
+                        affected.add(job)
+        for job in affected:
+            i = job % n
+            new = solo[i]
+            for a in arcs_of[i]:
+                u = len(users[a])
+                if u > 1 and share[a] / u < new:
+                    new = share[a] / u
+            old = rate[job]
+            if new == old:
+                continue
+            if old:
+                remaining[job] -= old * (now - since[job])
+                since[job] = now
+            rate[job] = new
+            end = now + max(remaining[job], 0.0) / new
+            finish[job] = end
+            heappush(events, (end, 2 * job + 1))
+    if done != total:
         raise RuntimeError("simulation stalled with transfers still waiting")  # cannot happen: deps point backwards
-    return now
+    return end_time
+
+
+# --------------------------------------------------------------------------- closed form
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What an algorithm's closed-form time (:func:`estimate`) depends on, per byte of nccl-tests size.
+
+    ``link_alpha_us``, ``intra_hops`` and ``net_hops`` describe the latency-critical path (the chain of
+    dependent transfers with the largest total latency); ``arc_load`` maps each used arc to
+    ``(link class, line rate GB/s, bytes crossing it per byte of size)``; ``connection_load`` is the
+    largest number of bytes one connection moves per byte of size (before splitting into instances).
+    """
+
+    def restricted(self, keep) -> "Costs":
+        """The same costs with only the arcs ``keep(arc)`` accepts and no latency or connection terms."""
+        return Costs(0.0, 0, 0, {a: v for a, v in self.arc_load.items() if keep(a)}, 0.0)
+
+    link_alpha_us: float
+    intra_hops: int
+    net_hops: int
+    arc_load: Mapping[tuple, tuple[str, float, float]]
+    connection_load: float
+    net_alpha_us: float = 0.0        # the part of link_alpha_us spent on network hops
+
+    def latency_us(self, proto: Protocol) -> float:
+        return proto.launch_us + self.link_alpha_us + self.intra_hops * proto.hop_us + self.net_hops * proto.net_hop_us
+
+    @cached_property
+    def class_loads(self) -> dict[str, float]:
+        """Per link class: the largest ``bytes / line rate`` (µs per byte of size, at efficiency 1) of its arcs."""
+        out: dict[str, float] = defaultdict(float)
+        for cls, line, load in self.arc_load.values():
+            out[cls] = max(out[cls], load / (line * 1e3))
+        return dict(out)
+
+    def bandwidth_us(self, size: float, proto: Protocol, efficiency: Mapping[str, float], instances: int = 1) -> float:
+        """Time the bytes need on the busiest arc or connection at ``size`` (µs)."""
+        arcs = max((load / efficiency.get(cls, 1.0) for cls, load in self.class_loads.items()), default=0.0)
+        per_channel = self.connection_load / instances / (proto.channel_GBps * 1e3)
+        return size * max(arcs / proto.efficiency, per_channel)
+
+
+def algorithm_costs(algorithm: Algorithm, graph: nx.DiGraph, protocol: str | None = None) -> Costs:
+    """The :class:`Costs` of ``algorithm`` on ``graph`` (the critical path under ``protocol``'s hop terms)."""
+    proto = protocol_terms(graph, protocol)
+    transfers = algorithm.transfers
+    deps = _dependencies(transfers)
+    cap = graph.graph["capacity"]
+    per_byte = algorithm.collective.chunk_bytes(1.0)
+    # longest latency path: (total, link alpha, intra hops, net hops, net alpha) ending at each transfer
+    best: list[tuple[float, float, int, int, float]] = []
+    arc_load: dict[tuple, float] = defaultdict(float)
+    conn_load: dict[tuple, float] = defaultdict(float)
+    for i, t in enumerate(transfers):
+        edge = _edge(graph, t, i)
+        net = edge.get("kind") == "net"
+        before = max((best[d] for d in deps[i]), default=(0.0, 0.0, 0, 0, 0.0))
+        link = float(edge["alpha_us"])
+        best.append((before[0] + link + (proto.net_hop_us if net else proto.hop_us), before[1] + link,
+                     before[2] + (not net), before[3] + net, before[4] + (link if net else 0.0)))
+        load = len(t.chunks) * per_byte
+        for a in edge["resources"]:
+            arc_load[a] += load
+        conn_load[(t.src, t.dst, t.channel, t.link)] += load
+    top = max(best)
+    arcs = {a: (cap.edges[a].get("link_class", ""), float(cap.edges[a]["capacity"]), load)
+            for a, load in arc_load.items()}
+    return Costs(top[1], top[2], top[3], arcs, max(conn_load.values()), top[4])
+
+
+def link_efficiency(graph: nx.DiGraph) -> dict[str, float]:
+    """Link class -> efficiency of ``graph``'s profile."""
+    profile = graph.graph.get("profile")
+    return {} if profile is None else {c.name: c.efficiency for c in profile.link_classes.values()}
+
+
+def estimate(algorithm: Algorithm, graph: nx.DiGraph, size: float, protocol: str | None = None,
+             instances: int = 1) -> float:
+    """Closed-form time (µs): launch + latency-critical path + bytes on the busiest arc or connection.
+
+    The simulation approaches it when the algorithm's pipeline keeps that arc busy; it is what stock
+    NCCL's own cost model (``tuning.cc``) assumes of its algorithms."""
+    costs = algorithm_costs(algorithm, graph, protocol)
+    proto = protocol_terms(graph, protocol)
+    return costs.latency_us(proto) + costs.bandwidth_us(size, proto, link_efficiency(graph), _check_instances(instances))
+
+
+__all__ = ["DEFAULT_PROTOCOL", "MAX_ROUNDS", "PROTOCOLS", "ROUND_BYTES", "Costs", "SimResult", "algorithm_costs",
+           "estimate", "link_efficiency", "protocol_terms", "rounds", "simulate", "simulate_sizes"]

@@ -5,10 +5,12 @@
 An *instance* is one transfer in one pipelined round, so a call schedules ``transfers x rounds`` of
 them; ``inst/s`` is that count over the seconds per call (best of ``--repeat``), which makes cases of
 different sizes comparable. The default cases are the ones that used to dominate tuning time: the
-``direct`` AllGather/AllToAll on torus2d x4, where 3,584 transfers x 16 rounds queue for 8 NICs.
+``direct`` AllGather/AllToAll on torus2d x4, where 3,584 transfers x 16 rounds share 8 NICs.
 Before the group/bundle event loop (commit a794d8b) these two took 21-25 s of CPU per call at 1 GiB
-on the team machine; the table shows what they take now. ``plan s`` is the size-independent
-preparation (dependencies, resources) that ``simulate_sizes`` shares between sizes.
+on the team machine; the exclusive-path loop then took 0.7-0.9 s, and the fluid (link-sharing)
+loop of issue 11, which updates shared rates once per batch of simultaneous events, 0.5-0.6 s. ``plan s``
+is the size-independent preparation (dependencies, connections, arcs) that ``simulate_sizes`` shares
+between sizes.
 """
 from __future__ import annotations
 

@@ -83,6 +83,11 @@ def experiment_section(experiment, frame: pd.DataFrame, out: Path) -> str:
             series["best synthesized"] = (sizes, best_busbw)
         for _, run in bases.iterrows():
             series[f"baseline {run['tags.baseline']}"] = (sizes, [run[f"metrics.busbw_GBps.{s}"] for s in sizes])
+        nccl = frame[kind == "nccl"]
+        nccl_t = {}
+        if not nccl.empty and all(f"metrics.time_us.{s}" in nccl for s in sizes):
+            series["stock NCCL (model)"] = (sizes, [nccl[f"metrics.busbw_GBps.{s}"].iloc[0] for s in sizes])
+            nccl_t = {s: nccl[f"metrics.time_us.{s}"].iloc[0] for s in sizes}
         bound_cols = [f"metrics.bound_busbw_GBps.{s}" for s in sizes]
         if all(c in bases for c in bound_cols):
             series["bound"] = (sizes, [bases[c].iloc[0] for c in bound_cols])
@@ -103,16 +108,18 @@ def experiment_section(experiment, frame: pd.DataFrame, out: Path) -> str:
             else:
                 win, best_t, best_bus, pct = f"baseline {base['tags.baseline']}", bt, base[f"metrics.busbw_GBps.{s}"], \
                     base[f"metrics.bound_pct.{s}"]
+            vs = f"{nccl_t[s] / best_t:.2f}x" if s in nccl_t else "–"
             rows.append(f"<tr><td>{e(format_size(s))}</td><td class=\"l\">{e(win)}</td><td>{best_t:.2f}</td>"
                         f"<td class=\"l\">{e(str(base['tags.baseline']))}</td><td>{bt / best_t:.2f}x</td>"
-                        f"<td>{best_bus:.2f}</td><td>{pct:.1f}%</td></tr>")
+                        f"<td>{vs}</td><td>{best_bus:.2f}</td><td>{pct:.1f}%</td></tr>")
         table = ("<table><tr><th>size</th><th class=\"l\">winner</th><th>time (µs)</th><th class=\"l\">best baseline</th>"
-                 "<th>speed-up</th><th>busbw (GB/s)</th><th>% of bound</th></tr>" + "".join(rows) + "</table>")
+                 "<th>speed-up</th><th>vs NCCL</th><th>busbw (GB/s)</th><th>% of bound</th></tr>" + "".join(rows)
+                 + "</table>")
     else:
         table = "<p class=\"note\">No baseline or measured runs in this experiment.</p>"
     if not sweeps.empty and sweeps.get("params.runner", pd.Series(["sim"])).iloc[0] == "sim":
-        notes.append("Measured by the simulator, which models neither protocol nor instances: their importances "
-                     "here are noise; a real runner (nccl-tests) tells them apart.")
+        notes.append("Measured by the simulator (protocols, channels and shared links modelled; calibrate the profile "
+                     "with `autotaccl calibrate` from nccl-tests tables of the machine to trust its numbers).")
     if not sweeps.empty and "tags.optuna.storage" in sweeps:
         storage, study_name = sweeps["tags.optuna.storage"].iloc[0], sweeps["tags.optuna.study"].iloc[0]
         try:

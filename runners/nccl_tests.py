@@ -4,13 +4,11 @@ The environment loads the XML into both MSCCL runtimes (``msccl-xml-and-nccl-tes
 legacy runtime reads ``MSCCL_XML_FILES`` (with ``NCCL_ALGO=MSCCL,RING,TREE``), the executor reads every
 file in ``MSCCL_ALGO_DIR`` (with ``NCCL_MSCCL_ENABLE=1``), so the XML is copied alone into a fresh
 directory. The command is ``LAUNCHER BINARY -b -e -f -g 1 -c 1 -n ITERS -w WARMUP -d TYPE -o OP``.
-The parser reads the v2.19 table (with a root column), the ≤2.13 one (no version line) and the oldest
-(no root column, an ``error`` column holding the largest deviation instead of ``#wrong``).
+The table is read by :mod:`runners.nccl_output` (every nccl-tests output format).
 """
 from __future__ import annotations
 
 import logging
-import math
 import os
 import shlex
 import shutil
@@ -30,14 +28,13 @@ from autotaccl.safety import file_stem, output_dir
 from runners import launch
 from runners.contract import MSCCL_XML, check
 from runners.mpi import launcher_command
+from runners.nccl_output import parse_text
 from runners.results import DTYPES, check_dtype, check_op, frame
 
 log = logging.getLogger(__name__)
 
 BINARIES = {"allgather": "all_gather_perf", "reducescatter": "reduce_scatter_perf", "allreduce": "all_reduce_perf",
             "alltoall": "alltoall_perf", "broadcast": "broadcast_perf"}
-#: largest deviation the oldest nccl-tests still accepted, per type (its "error" column)
-TOLERANCE = {"float": 1e-5, "half": 1e-2, "double": 1e-12, "int32": 0.0, "bfloat16": 5e-2}
 RUNTIMES = ("both", "legacy", "executor")
 ENV_FLAGS = (None, "-x", "-genv")
 
@@ -96,33 +93,13 @@ def command(launcher: str | Sequence[str], binary: str, sweep: tuple[int, int, i
                    "-w", str(warmup), "-d", DTYPES[dtype][0], "-o", op]
 
 
-def _number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return math.nan
-
-
 def parse(text: str) -> pd.DataFrame:
-    """nccl-tests' table as result rows (any of the three output formats)."""
-    rows = []
-    for line in text.splitlines():
-        fields = line.split()
-        if not fields or fields[0].startswith("#") or len(fields) not in (12, 13):
-            continue
-        if not (fields[0].isdigit() and fields[1].isdigit()):
-            continue
-        size, count, dtype, redop = int(fields[0]), int(fields[1]), fields[2], fields[3]
-        cells = fields[5:] if len(fields) == 13 else fields[4:]
-        for inplace, (t, algbw, busbw, check) in ((False, cells[0:4]), (True, cells[4:8])):
-            value = _number(check)
-            if len(fields) == 12 and not math.isnan(value):  # oldest format: the largest deviation
-                value = float(value > TOLERANCE.get(dtype, 0.0))
-            bad = not math.isnan(value) and value > 0
-            rows.append({"size": size, "count": count, "type": dtype, "redop": redop, "inplace": inplace,
-                         "time_us": math.nan if bad else _number(t), "algbw": math.nan if bad else _number(algbw),
-                         "busbw": math.nan if bad else _number(busbw), "wrong": value})
-    return frame(rows)
+    """nccl-tests' table as result rows (any output format, read by :func:`runners.nccl_output.parse_text`;
+    no rows when the output holds no readable table)."""
+    try:
+        return parse_text(text, "<nccl-tests output>").rows
+    except InputError:
+        return frame([])
 
 
 def msccl_loaded(text: str) -> bool:

@@ -1,4 +1,5 @@
-"""The ``sim`` runner: the alpha-beta simulator (:func:`autotaccl.simulate.simulate`) in the runners' shape.
+"""The ``sim`` runner: the simulator (:func:`autotaccl.simulate.simulate`, with a protocol and instance
+count) in the runners' shape.
 
 The simulator does not tell in-place from out-of-place, so both rows carry the same time. It moves no
 data; correctness comes from :func:`autotaccl.model.algorithm.verify`: a valid algorithm has ``wrong = 0``,
@@ -15,6 +16,7 @@ import pandas as pd
 
 from autotaccl.errors import InputError
 from autotaccl.model.algorithm import Algorithm, VerificationError, verify
+from autotaccl.model.protocols import canonical_protocol
 from autotaccl.model.topology import topology_for
 from autotaccl.simulate import simulate
 from autotaccl.sizes import parse_size
@@ -30,9 +32,14 @@ class SimOptions:
     chunk_size: str | None = None    # the chunk size a TACCL topology JSON was profiled for
     dtype: str = "float32"
     op: str = "sum"
+    protocol: str = "Simple"         # LL, LL128 or Simple, as the runtime would run it
+    instances: int = 1               # copies of the algorithm on separate channels
 
     def __post_init__(self) -> None:
         check(self.nodes >= 1, "--nodes", self.nodes, "a whole number >= 1")
+        object.__setattr__(self, "protocol", canonical_protocol(self.protocol))    # ll128 -> LL128
+        check(not isinstance(self.instances, bool) and isinstance(self.instances, int) and self.instances >= 1,
+              "--instances", self.instances, "a whole number >= 1")
         if self.chunk_size is not None:
             parse_size(self.chunk_size, "--chunk-size")
         check_dtype(self.dtype), check_op(self.op)
@@ -53,12 +60,13 @@ class SimRunner:
         if options.hardware is None:
             raise InputError("--hardware", "missing", "a hardware profile for --runner sim")
         graph = topology_for(options.hardware, options.nodes, options.chunk_size)
-        return measure(target, sizes, graph, options.dtype, options.op)
+        return measure(target, sizes, graph, options.dtype, options.op, options.protocol, options.instances)
 
 
 def measure(algorithm: Algorithm, sizes: Sequence[int], graph: nx.DiGraph, dtype: str = "float32",
-            op: str = "sum") -> pd.DataFrame:
-    """Simulated rows for ``algorithm`` on ``graph``, out-of-place and in-place."""
+            op: str = "sum", protocol: str = "Simple", instances: int = 1) -> pd.DataFrame:
+    """Simulated rows for ``algorithm`` on ``graph``, out-of-place and in-place, run with ``protocol``
+    (LL, LL128, Simple) and ``instances`` copies on separate channels."""
     check_dtype(dtype), check_op(op)
     coll = algorithm.collective
     if graph.number_of_nodes() != coll.ranks:
@@ -76,7 +84,7 @@ def measure(algorithm: Algorithm, sizes: Sequence[int], graph: nx.DiGraph, dtype
         if shape.chunk_elems == 0:
             continue
         outputs = sum(coll.output_chunks(r) for r in range(coll.ranks)) * shape.chunk_elems
-        time_us = simulate(algorithm, graph, shape.size).time_us if valid else math.nan
+        time_us = simulate(algorithm, graph, shape.size, protocol, instances).time_us if valid else math.nan
         for mode in (False, True):
             rows.append(make_row(coll, shape.size, shape.count, dtype, op, mode, time_us, 0 if valid else outputs))
     return frame(rows)

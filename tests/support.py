@@ -22,6 +22,7 @@ TACCL_EXAMPLES = SHARED / "data" / "taccl-examples"
 SKETCHES = TACCL_EXAMPLES / "sketch"
 TACCL_TOPO = TACCL_EXAMPLES / "topo"
 MSCCL_XML = SHARED / "data" / "msccl-xml"
+PUBLIC_TABLES = SHARED / "data" / "nccl-tests-public"   # real nccl-tests tables (INDEX.md names their machines)
 VENV_BIN = Path(sys.executable).parent
 
 # --------------------------------------------------------------------------- MLflow stores

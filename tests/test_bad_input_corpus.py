@@ -21,7 +21,8 @@ from autotaccl.cli import main
 CORPUS = Path(__file__).parent / "bad_inputs"
 MANIFEST = yaml.safe_load((CORPUS / "MANIFEST.yaml").read_text())
 PREFIX = "autotaccl: error: "
-FORMATS = ("hardware", "taccl_topo", "taccl_sketch", "sketch_yaml", "space", "algorithm", "xml", "hostfile", "plan")
+FORMATS = ("hardware", "taccl_topo", "taccl_sketch", "sketch_yaml", "space", "algorithm", "xml", "hostfile", "plan",
+           "nccl_tests")
 
 
 def _cases() -> list:

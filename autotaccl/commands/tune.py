@@ -90,7 +90,8 @@ def run(args) -> int:
                      "best_trial": s.best_trial,
                      "per_size": [{"size": w.size, "winner": w.winner, "time_us": w.time_us,
                                    "baseline": w.baseline, "baseline_time_us": w.baseline_time_us,
-                                   "speedup": w.speedup, "busbw": w.busbw, "bound_pct": w.bound_pct}
+                                   "speedup": w.speedup, "busbw": w.busbw, "bound_pct": w.bound_pct,
+                                   "nccl_time_us": w.nccl_time_us, "speedup_vs_nccl": w.speedup_vs_nccl}
                                   for w in s.per_size]} for s in summaries])
         return 0
     for s in summaries:
@@ -130,8 +131,10 @@ def summary_table(s) -> str:
     counts = ", ".join(f"{n} {state.lower()}" for state, n in s.counts.items() if n)
     best = "none" if s.best_value is None else f"{s.best_value:.4f} (trial {s.best_trial})"
     lines = [f"study {s.study}: {counts}; best objective {best} (geomean time / best baseline, lower is better)",
-             f"{'size':>6}  {'winner':<22} {'time_us':>11} {'baseline':<13} {'speed-up':>8} {'busbw':>8} {'% bound':>7}"]
+             f"{'size':>6}  {'winner':<22} {'time_us':>11} {'baseline':<13} {'speed-up':>8} {'busbw':>8} {'% bound':>7} "
+             f"{'vs NCCL':>8}"]
     for w in s.per_size:
+        vs = "-" if w.speedup_vs_nccl is None else f"{w.speedup_vs_nccl:.2f}x"
         lines.append(f"{format_size(w.size):>6}  {w.winner:<22} {w.time_us:>11.2f} {w.baseline:<13} "
-                     f"{w.speedup:>7.2f}x {w.busbw:>8.2f} {w.bound_pct:>6.1f}%")
+                     f"{w.speedup:>7.2f}x {w.busbw:>8.2f} {w.bound_pct:>6.1f}% {vs:>8}")
     return "\n".join(lines)

@@ -6,13 +6,15 @@ Every producer (synthesizer, baselines, XML import) emits an :class:`Algorithm`;
 Semantics: the list order is program order. A transfer reads ``chunks`` on ``src`` as they are
 after all earlier transfers and either copies them to ``dst`` (overwriting) or reduces them into
 ``dst``'s values. ``step`` is a non-decreasing logical step (transfers of one step may run at once
-where their data allows); ``start_us`` is an optional planned start time.
+where their data allows); ``start_us`` is an optional planned start time. ``channel`` says which of the
+algorithm's parallel channels moves it (NCCL's channels: transfers between the same ranks on different
+channels run side by side; on one channel they take turns).
 """
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -36,6 +38,7 @@ class Transfer:
     op: str = "copy"
     link: int = 0
     start_us: float | None = None
+    channel: int = 0
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,8 @@ def to_json(algorithm: Algorithm) -> dict:
             out["link"] = t.link
         if t.start_us is not None:
             out["start_us"] = round(t.start_us, 6)
+        if t.channel:
+            out["channel"] = t.channel
         return out
 
     c = algorithm.collective
@@ -136,9 +141,9 @@ def from_json(data: Any, source: str = "<algorithm>") -> Algorithm:
         where = f"transfers[{i}]"
         if not isinstance(t, dict):
             raise fail(where, "an object")
-        unknown = sorted(set(t) - {"chunks", "src", "dst", "step", "op", "link", "start_us"})
+        unknown = sorted(set(t) - {"chunks", "src", "dst", "step", "op", "link", "start_us", "channel"})
         if unknown:
-            raise fail(f"{where}.{unknown[0]}", "only chunks, src, dst, step, op, link, start_us")
+            raise fail(f"{where}.{unknown[0]}", "only chunks, src, dst, step, op, link, start_us, channel")
         chunks = t.get("chunks")
         if (not isinstance(chunks, list) or not chunks
                 or any(isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < collective.num_chunks for c in chunks)):
@@ -158,14 +163,15 @@ def from_json(data: Any, source: str = "<algorithm>") -> Algorithm:
         op = t.get("op", "copy")
         if op not in OPS:
             raise fail(f"{where}.op", "copy or reduce")
-        link = t.get("link", 0)
-        if isinstance(link, bool) or not isinstance(link, int) or link < 0:
-            raise fail(f"{where}.link", "a whole number >= 0")
+        link, channel = t.get("link", 0), t.get("channel", 0)
+        for key, value in (("link", link), ("channel", channel)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise fail(f"{where}.{key}", "a whole number >= 0")
         start = t.get("start_us")
         if start is not None and (isinstance(start, bool) or not isinstance(start, (int, float)) or not 0 <= start < math.inf):
             raise fail(f"{where}.start_us", "a number >= 0")
         transfers.append(Transfer(tuple(chunks), t["src"], t["dst"], step, op, link,
-                                  None if start is None else float(start)))
+                                  None if start is None else float(start), channel))
     name = data.get("name", "")
     metadata = data.get("metadata", {})
     if not isinstance(name, str):
@@ -248,4 +254,4 @@ def renumber_steps(transfers: Iterable[Transfer]) -> tuple[Transfer, ...]:
     """Transfers sorted stably by step, with steps renumbered 0, 1, 2, ... without gaps."""
     ordered = sorted(transfers, key=lambda t: t.step)
     mapping = {s: i for i, s in enumerate(sorted({t.step for t in ordered}))}
-    return tuple(Transfer(t.chunks, t.src, t.dst, mapping[t.step], t.op, t.link, t.start_us) for t in ordered)
+    return tuple(replace(t, step=mapping[t.step]) for t in ordered)

@@ -16,15 +16,20 @@ from ..documents import read_document
 from ..errors import InputError, ParameterError
 from ..resources import data_dir
 from ..safety import safe_name
+from .protocols import (DEFAULT_GENERATION, GENERATIONS, NcclSettings, Protocol, default_protocols, nccl_to_dict,
+                        protocols_to_dict, read_nccl, read_protocols)
 
 
 @dataclass(frozen=True)
 class LinkClass:
-    """A kind of link: latency per transfer (µs) and bandwidth per link and direction (GB/s, 1e9 B/s)."""
+    """A kind of link: latency per transfer (µs), line rate per link and direction (GB/s, 1e9 B/s), and
+    ``efficiency``: the share of the line rate GPU copies reach on it (the simulator's and NCCL model's
+    rate is ``bandwidth_GBps * efficiency``; the bounds stay line-rate ceilings)."""
 
     name: str
     alpha_us: float
     bandwidth_GBps: float
+    efficiency: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,9 @@ class HardwareProfile:
     description: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
     network: RailNetwork | None = None     # None: one non-blocking switch joins every NIC
+    gpu: str = DEFAULT_GENERATION
+    protocols: Mapping[str, Protocol] = field(default_factory=default_protocols)
+    nccl: NcclSettings = field(default_factory=NcclSettings)
 
 
 # --------------------------------------------------------------------------- loading
@@ -144,7 +152,8 @@ class _Reader:
         return self.integer(value, where, 0, gpus - 1)
 
 
-_PROFILE_KEYS = {"name", "description", "gpus_per_node", "link_classes", "links", "switches", "nics", "network"}
+_PROFILE_KEYS = {"name", "description", "gpus_per_node", "gpu", "link_classes", "links", "switches", "nics",
+                 "network", "protocols", "nccl"}
 
 
 def profile_from_dict(data: Any, source: str) -> HardwareProfile:
@@ -161,19 +170,25 @@ def profile_from_dict(data: Any, source: str) -> HardwareProfile:
     gpus = r.integer(data["gpus_per_node"], "gpus_per_node", 1, 4096)
     if not isinstance(data.get("description", ""), str):
         raise r.fail("description", "a string")
+    gpu = data.get("gpu", DEFAULT_GENERATION)
+    if gpu not in GENERATIONS:
+        raise r.fail("gpu", f"one of: {', '.join(GENERATIONS)}")
 
     classes: dict[str, LinkClass] = {}
     for cname, spec in r.mapping(data["link_classes"], "link_classes").items():
         where = f"link_classes.{cname}"
         spec = r.mapping(spec, where)
-        extra = sorted(set(spec) - {"alpha_us", "bandwidth_GBps"})
+        extra = sorted(set(spec) - {"alpha_us", "bandwidth_GBps", "efficiency"})
         if extra:
-            raise r.fail(f"{where}.{extra[0]}", "only alpha_us and bandwidth_GBps")
+            raise r.fail(f"{where}.{extra[0]}", "only alpha_us, bandwidth_GBps and efficiency")
         for key in ("alpha_us", "bandwidth_GBps"):
             if key not in spec:
                 raise r.fail(f"{where}.{key}", "a value (required field)")
+        efficiency = r.number(spec.get("efficiency", 1.0), f"{where}.efficiency")
+        if efficiency > 1:
+            raise r.fail(f"{where}.efficiency", "a share of the line rate in (0, 1]")
         classes[str(cname)] = LinkClass(str(cname), r.number(spec["alpha_us"], f"{where}.alpha_us", allow_zero=True),
-                                        r.number(spec["bandwidth_GBps"], f"{where}.bandwidth_GBps"))
+                                        r.number(spec["bandwidth_GBps"], f"{where}.bandwidth_GBps"), efficiency)
     if not classes:
         raise r.fail("link_classes", "at least one link class")
 
@@ -245,43 +260,48 @@ def profile_from_dict(data: Any, source: str) -> HardwareProfile:
 
     return HardwareProfile(name=name, gpus_per_node=gpus, link_classes=classes, links=tuple(links),
                            switches=tuple(switches), nics=tuple(nics), source=source,
-                           description=str(data.get("description", "")),
-                           network=_network(r, data.get("network"), nics))
+                           description=str(data.get("description", "")), gpu=gpu,
+                           network=_network(r, data.get("network"), nics),
+                           protocols=read_protocols(r, data.get("protocols"), gpu),
+                           nccl=read_nccl(r, data.get("nccl"), gpu, bool(switches)))
 
 
-def profile_to_dict(profile: HardwareProfile) -> dict[str, Any]:
-    """The profile as a YAML document of ``hardware/README.md``'s schema (``profile_from_dict`` reads it back
-    equal, whatever file it came from): what an MLflow run keeps so a trial can be rebuilt."""
-    out: dict[str, Any] = {"name": profile.name, "description": profile.description,
-                           "gpus_per_node": profile.gpus_per_node,
-                           "link_classes": {c.name: {"alpha_us": c.alpha_us, "bandwidth_GBps": c.bandwidth_GBps}
-                                            for c in profile.link_classes.values()}}
+def profile_to_dict(profile: HardwareProfile) -> dict:
+    """``profile`` in the YAML schema (:func:`profile_from_dict` reads it back to an equal profile)."""
+    def cls(c: LinkClass) -> dict:
+        out = {"alpha_us": c.alpha_us, "bandwidth_GBps": c.bandwidth_GBps}
+        return out if c.efficiency == 1.0 else {**out, "efficiency": c.efficiency}
+
+    data: dict[str, Any] = {"name": profile.name, "description": profile.description,
+                            "gpus_per_node": profile.gpus_per_node, "gpu": profile.gpu,
+                            "link_classes": {n: cls(c) for n, c in profile.link_classes.items()}}
     if profile.links:
-        out["links"] = {"class": profile.links[0].link_class,
-                        "pairs": [[link.a, link.b, link.count, link.link_class] for link in profile.links]}
+        first = profile.links[0].link_class
+        data["links"] = {"class": first, "pairs": [[l.a, l.b, l.count] + ([l.link_class] if l.link_class != first else [])
+                                                   for l in profile.links]}
     if profile.switches:
-        out["switches"] = [{"class": s.link_class, "gpus": list(s.gpus)} for s in profile.switches]
-    nics = []
-    for i, nic in enumerate(profile.nics):
-        near = [g for g in nic.attach if g not in nic.far]
-        far = [g for g in nic.attach if g in nic.far]
-        vias = {nic.attach[g] for g in near}, {nic.attach[g] for g in far}
-        if len(vias[0]) > 1 or len(vias[1]) > 1 or None in vias[1]:
-            raise ValueError(f"{profile.source}: nics[{i}]: one via class for its GPUs and one for its far GPUs")
-        spec: dict[str, Any] = {"class": nic.link_class, "gpus": near}
-        if vias[0] != {None}:
-            spec["via"] = vias[0].pop()
-        if far:
-            spec.update(far_gpus=far, far_via=vias[1].pop())
-        nics.append(spec)
-    if nics:
-        out["nics"] = nics
+        data["switches"] = [{"class": s.link_class, "gpus": list(s.gpus)} for s in profile.switches]
+    if profile.nics:
+        nics = []
+        for nic in profile.nics:
+            near = [g for g in nic.attach if g not in nic.far]
+            spec: dict[str, Any] = {"class": nic.link_class, "gpus": near}
+            via = {nic.attach[g] for g in near}
+            if via != {None}:
+                spec["via"] = via.pop()
+            if nic.far:
+                spec["far_gpus"] = sorted(nic.far)
+                spec["far_via"] = nic.attach[min(nic.far)]
+            nics.append(spec)
+        data["nics"] = nics
     if profile.network is not None:
         net = profile.network
-        out["network"] = {"kind": "rail", "oversubscription": net.oversubscription,
-                          "spine_alpha_us": net.spine_alpha_us,
-                          **({"nodes_per_leaf": net.nodes_per_leaf} if net.nodes_per_leaf is not None else {})}
-    return out
+        data["network"] = {"kind": "rail", "oversubscription": net.oversubscription,
+                           "spine_alpha_us": net.spine_alpha_us,
+                           **({"nodes_per_leaf": net.nodes_per_leaf} if net.nodes_per_leaf is not None else {})}
+    data["protocols"] = protocols_to_dict(profile.protocols)
+    data["nccl"] = nccl_to_dict(profile.nccl)
+    return data
 
 
 def _list(r: _Reader, value: Any, where: str) -> list:
@@ -430,4 +450,5 @@ def profile_from_taccl(data: Any, source: str, chunk_bytes: int, cost_scale: flo
     return HardwareProfile(name=name, gpus_per_node=gpus,
                            link_classes=classes, links=tuple(links), switches=tuple(switches),
                            nics=tuple(nics), source=source,
-                           description=f"TACCL profile for {chunk_bytes}-byte chunks, cost scale {scale:g}")
+                           description=f"TACCL profile for {chunk_bytes}-byte chunks, cost scale {scale:g}",
+                           gpu="volta", protocols=default_protocols("volta"))   # TACCL profiled V100 machines

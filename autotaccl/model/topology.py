@@ -10,7 +10,7 @@ Vertices of the returned graph are GPU ranks ``0..R-1`` (node ``k`` owns ``k*G .
 * ``kind``: ``nvlink``, ``switch`` or ``net``.
 
 ``graph.graph["capacity"]`` is the capacity graph: GPUs plus switch, NIC and network vertices, every
-arc with ``capacity`` (GB/s) and ``alpha_us``. The simulator treats each arc as a resource; the bounds
+arc with ``capacity`` (GB/s, line rate), ``alpha_us``, its ``link_class`` and that class's ``efficiency``. The simulator treats each arc as a resource; the bounds
 run max-flow over it. Nothing else has a private notion of a link.
 
 Between nodes the network is one non-blocking switch (``net``), or, for a profile with a rail
@@ -60,9 +60,11 @@ def build_topology(profile: HardwareProfile, nodes: int = 1) -> nx.DiGraph:
     arcs: dict[tuple, dict] = {}   # (tail, head) -> the arc's attributes: plain dict look-ups for connect()
 
     def arc(tail, head, link_class: str | None, capacity: float | None = None, alpha: float | None = None):
+        """An arc of ``link_class`` (None: a switch port of the rail network, no class of its own)."""
         c = cls[link_class] if link_class else None
         cap.add_edge(tail, head, capacity=capacity if capacity is not None else c.bandwidth_GBps,
-                     alpha_us=alpha if alpha is not None else (c.alpha_us if c else 0.0))
+                     alpha_us=alpha if alpha is not None else (c.alpha_us if c else 0.0), link_class=link_class,
+                     efficiency=c.efficiency if c else 1.0)
         arcs[tail, head] = cap[tail][head]
         return (tail, head)
 
@@ -103,8 +105,8 @@ def build_topology(profile: HardwareProfile, nodes: int = 1) -> nx.DiGraph:
             for g, via in nic.attach.items():
                 # A GPU reaches its NIC over `via` (a PCIe class) both ways, paying its alpha on each side;
                 # without one, the hop is free and as fast as the NIC.
-                arc(base + g, out, via, capacity=None if via else nic_bw, alpha=None if via else 0.0)
-                arc(into, base + g, via, capacity=None if via else nic_bw, alpha=None if via else 0.0)
+                arc(base + g, out, via or nic.link_class, capacity=None if via else nic_bw, alpha=None if via else 0.0)
+                arc(into, base + g, via or nic.link_class, capacity=None if via else nic_bw, alpha=None if via else 0.0)
 
     if nodes > 1:
         nic_of = _nic_of(profile)
@@ -188,6 +190,11 @@ def fingerprint(graph: nx.DiGraph) -> str:
 
 
 # --------------------------------------------------------------------------- queries
+
+
+def is_network_arc(arc: tuple) -> bool:
+    """Whether a capacity-graph arc is part of the network: a NIC's side, or a GPU's hop to its NIC."""
+    return any(isinstance(end, str) and (end == NETWORK or ".nic" in end) for end in arc)
 
 
 def num_ranks(graph: nx.DiGraph) -> int:

@@ -22,7 +22,7 @@ from ..errors import ParameterError
 
 log = logging.getLogger(__name__)
 
-KIND = "autotaccl.kind"          # sweep | trial | baseline
+KIND = "autotaccl.kind"          # sweep | trial | baseline | nccl (stock NCCL predicted by nccl-model)
 STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
 PER_SIZE = ("time_us", "algbw_GBps", "busbw_GBps", "relative", "bound_pct")
 

@@ -108,10 +108,12 @@ def score(results: Sequence[SizeResult]) -> float:
     return math.exp(sum(math.log(r.relative) for r in results) / len(results))
 
 
-def simulate_times(algorithm: Algorithm, graph: nx.DiGraph, sizes: Sequence[int]) -> list[float]:
+def simulate_times(algorithm: Algorithm, graph: nx.DiGraph, sizes: Sequence[int], protocol: str = "Simple",
+                   instances: int = 1) -> list[float]:
+    """Simulated time per size, run with the tuned ``protocol`` and ``instances``."""
     from ..simulate import simulate_sizes
 
-    return [r.time_us for r in simulate_sizes(algorithm, graph, sizes)]
+    return [r.time_us for r in simulate_sizes(algorithm, graph, sizes, protocol, instances)]
 
 
 class WrongResults(RuntimeError):

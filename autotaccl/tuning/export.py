@@ -49,10 +49,32 @@ class Range:
     baseline: str
     baseline_time_us: tuple[float, ...]
     xml: str = ""          # file name, for synthesized winners
+    nccl_time_us: tuple[float, ...] = ()   # stock NCCL per size as nccl-model predicts it (empty: none logged)
 
     @property
     def speedup(self) -> float:
-        return math.exp(sum(math.log(b / t) for b, t in zip(self.baseline_time_us, self.time_us)) / len(self.time_us))
+        return _geomean(self.baseline_time_us, self.time_us)
+
+    @property
+    def speedup_vs_nccl(self) -> float | None:
+        return _geomean(self.nccl_time_us, self.time_us) if self.nccl_time_us else None
+
+
+def _geomean(reference: Sequence[float], times: Sequence[float]) -> float:
+    return math.exp(sum(math.log(b / t) for b, t in zip(reference, times)) / len(times))
+
+
+def nccl_times(experiment_id: str) -> dict[int, float]:
+    """Size -> stock NCCL's predicted time, from the experiment's latest ``nccl-model`` run (empty if none)."""
+    import mlflow
+
+    runs = mlflow.search_runs(experiment_ids=[experiment_id], filter_string="tags.`autotaccl.kind` = 'nccl'",
+                              order_by=["start_time DESC"], max_results=1)
+    if runs.empty:
+        return {}
+    prefix = "metrics.time_us."
+    return {int(c[len(prefix):]): float(v) for c, v in runs.iloc[0].items()
+            if c.startswith(prefix) and isinstance(v, float) and not math.isnan(v)}
 
 
 def candidates(client, experiment_id: str) -> pd.DataFrame:
@@ -111,8 +133,9 @@ def _label(run: pd.Series) -> str:
     return f"trial-{run['tags.optuna.trial']}"
 
 
-def ranges_for(experiment, frame: pd.DataFrame, excluded: set[str]) -> list[Range]:
+def ranges_for(experiment, frame: pd.DataFrame, excluded: set[str], nccl: dict[int, float] | None = None) -> list[Range]:
     sizes = tracking.logged_sizes(frame)
+    nccl = nccl or {}
     per_size = winners(frame, sizes, excluded)
     groups: list[list[dict]] = []
     for row in per_size:
@@ -132,7 +155,8 @@ def ranges_for(experiment, frame: pd.DataFrame, excluded: set[str]) -> list[Rang
                          group[0]["size"], group[-1]["size"], 0 if i == 0 else group[0]["size"], nxt, _label(run),
                          run.run_id, protocol if isinstance(protocol, str) else "Simple", instances,
                          tuple(r["time_us"] for r in group), group[0]["baseline"],
-                         tuple(r["baseline_time_us"] for r in group)))
+                         tuple(r["baseline_time_us"] for r in group), "",
+                         tuple(nccl[r["size"]] for r in group) if all(r["size"] in nccl for r in group) else ()))
     return out
 
 
@@ -195,8 +219,9 @@ def export(tracking_uri: str, experiments: Sequence[str] | None, out_dir: str | 
             if excluded:
                 notes.append(f"{experiment.name}: {len(excluded)} trial(s) skipped: their XML did not lower during the "
                              f"sweep (tag xml_error)")
+            nccl = nccl_times(experiment.experiment_id)
             while True:
-                ranges = ranges_for(experiment, frame, excluded)
+                ranges = ranges_for(experiment, frame, excluded, nccl)
                 texts, rejected = {}, False
                 for rng in ranges:
                     if rng.winner.startswith("baseline:"):
@@ -231,19 +256,26 @@ def table_frame(ranges: Sequence[Range]) -> pd.DataFrame:
              "min_size": r.min_size, "max_size": r.max_size, "min_bytes": r.min_bytes, "max_bytes": r.max_bytes,
              "winner": r.winner, "run_id": r.run_id, "protocol": r.protocol, "instances": r.instances,
              "time_us": ";".join(f"{t:.3f}" for t in r.time_us), "baseline": r.baseline,
-             "speedup": round(r.speedup, 4), "xml": r.xml} for r in ranges]
+             "speedup": round(r.speedup, 4),
+             "speedup_vs_nccl": None if r.speedup_vs_nccl is None else round(r.speedup_vs_nccl, 4), "xml": r.xml}
+            for r in ranges]
     columns = ["experiment", "collective", "target", "ranks", "min_size", "max_size", "min_bytes", "max_bytes",
-               "winner", "run_id", "protocol", "instances", "time_us", "baseline", "speedup", "xml"]
+               "winner", "run_id", "protocol", "instances", "time_us", "baseline", "speedup", "speedup_vs_nccl", "xml"]
     return pd.DataFrame(rows, columns=columns)
 
 
 def markdown(table: pd.DataFrame) -> str:
-    head = "| collective | target | sizes | winner | protocol | speed-up vs best baseline | XML |\n|---|---|---|---|---|---|---|\n"
+    head = ("| collective | target | sizes | winner | protocol | instances | speed-up vs best baseline | "
+            "speed-up vs NCCL | XML |\n|---|---|---|---|---|---|---|---|---|\n")
     def span(r) -> str:
         return format_size(r.min_size) if r.min_size == r.max_size else f"{format_size(r.min_size)}–{format_size(r.max_size)}"
 
+    def vs(value) -> str:
+        return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.2f}x"
+
     lines = [f"| {_md(r.collective)} | {_md(r.target)} | {span(r)} | {_md(r.winner)} | "
-             f"{_md(r.protocol)} | {r.speedup:.2f}x | {_md(r.xml) if r.xml else '– (NCCL fallback)'} |"
+             f"{_md(r.protocol)} | {r.instances} | {r.speedup:.2f}x | {vs(r.speedup_vs_nccl)} | "
+             f"{_md(r.xml) if r.xml else '– (NCCL fallback)'} |"
              for r in table.itertuples()]
     return "# Best algorithm per collective and size\n\n" + head + "\n".join(lines) + "\n"
 
@@ -256,6 +288,7 @@ def readme(ranges: Sequence[Range], notes: Sequence[str]) -> str:
 algorithm found by `autotaccl tune`, or the best baseline where no synthesized algorithm beat it. Every
 XML here was re-verified (replay of the algorithm) and passed `autotaccl check-xml` before it was written.
 Each file's `minBytes`/`maxBytes` select it only for its size range; `proto` is the tuned protocol.
+"Speed-up vs NCCL" compares with stock NCCL as `autotaccl nccl-model` predicts it on the same profile.
 
 ## Loading into the MSCCL runtime
 

@@ -130,8 +130,8 @@ class Objective:
         trial.set_user_attr("synth_seconds", synth.seconds)
         trial.set_user_attr("solver_status", synth.status)
 
-        sim = size_results(simulate_times(synth.algorithm, self.graph, self.reference.sizes), self.reference,
-                           cfg.collective, self.ranks, simulated=True)
+        sim = size_results(simulate_times(synth.algorithm, self.graph, self.reference.sizes, st.protocol, st.instances),
+                           self.reference, cfg.collective, self.ranks, simulated=True)
         sim_score = score(sim)
         trial.set_user_attr("sim_score", sim_score)
         record["results"], record["fidelity"] = sim, "sim"
@@ -148,7 +148,6 @@ class Objective:
             try:
                 text = None
                 if self.lower is not None:
-                    st = record["settings"]
                     text = self.lower(synth.algorithm, st.protocol, st.instances)
                 with measuring(cfg.storage, cfg.out_dir, self.runner.hosts(self.options)) as window:
                     trial.set_user_attr("measure_hosts", list(window.hosts))

@@ -113,10 +113,15 @@ class SizeWinner:
     baseline_time_us: float
     busbw: float
     bound_pct: float
+    nccl_time_us: float | None = None   # stock NCCL as nccl-model predicts it (None: no prediction)
 
     @property
     def speedup(self) -> float:
         return self.baseline_time_us / self.time_us
+
+    @property
+    def speedup_vs_nccl(self) -> float | None:
+        return None if self.nccl_time_us is None else self.nccl_time_us / self.time_us
 
 
 @dataclass(frozen=True)
@@ -238,17 +243,27 @@ def _log_baselines(client, experiment_id: str, parent: str, ref: Reference, spac
     from ..model.collectives import make_collective
 
     coll = make_collective(collective, space.profile.gpus_per_node * space.nodes)
+    if ref.nccl_times:      # stock NCCL, predicted: compared with, never a candidate (not verified)
+        rows = [{"size": s, "time_us": t, "algbw": s / t / 1e3, "busbw": s / t / 1e3 * coll.busbw_factor,
+                 "bound_pct": 100 * s / t / 1e3 / b} for s, t, b in zip(ref.sizes, ref.nccl_times, ref.bound_algbw)]
+        choices = {f"nccl.{s}": f"{a}/{p}/{c}" for s, (a, p, c) in zip(ref.sizes, ref.nccl_choices)}
+        tracking.log_run(client, experiment_id, "nccl-model", parent_run_id=parent,
+                         params={"collective": collective, "target": space.target_name, "model": "nccl-model"},
+                         metrics=tracking.size_metrics(rows), curves={"busbw_GBps": tracking.size_curve(rows)},
+                         tags={tracking.KIND: "nccl", "collective": collective, "target": space.target_name,
+                               "verified": "false", "state": "COMPLETE", **choices})
     for name, times in ref.times.items():
         rows = [{"size": s, "time_us": t, "algbw": s / t / 1e3, "busbw": s / t / 1e3 * coll.busbw_factor,
                  "bound_pct": 100 * s / t / 1e3 / b} for s, t, b in zip(ref.sizes, times, ref.bound_algbw)]
         metrics = tracking.size_metrics(rows)
         metrics.update({f"bound_busbw_GBps.{s}": b * coll.busbw_factor for s, b in zip(ref.sizes, ref.bound_algbw)})
+        how = {f"sim.{s}": f"{p}/{c}x{i}" for s, (p, c, i) in zip(ref.sizes, ref.sim_runs.get(name, ()))}
         tracking.log_run(client, experiment_id, f"baseline-{name}", parent_run_id=parent,
                          params={"baseline": name, "collective": collective, "target": space.target_name,
                                  "runner": ref.runner, "settings.protocol": "Simple", "settings.instances": 1},
                          metrics=metrics, curves={"busbw_GBps": tracking.size_curve(rows)},
                          tags={tracking.KIND: "baseline", "baseline": name, "collective": collective,
-                               "target": space.target_name, "verified": "true", "state": "COMPLETE"},
+                               "target": space.target_name, "verified": "true", "state": "COMPLETE", **how},
                          artifacts={"algorithm.json": json.dumps(to_json(ref.algorithm(name)))})
 
 
@@ -315,15 +330,16 @@ def summarize(study: optuna.Study, config: SweepConfig) -> StudySummary:
         base_name, base_time = ref.best(i)
         best = min(((t.user_attrs["results"][i]["time_us"], t) for t in complete), key=lambda x: x[0], default=None)
         factor = (ref.sizes[i] / base_time / 1e3)
+        nccl = ref.nccl_times[i] if ref.nccl_times else None
         busbw_factor = ref.algorithm(base_name).collective.busbw_factor
         if best is not None and best[0] < base_time:
             r = best[1].user_attrs["results"][i]
             label = f"trial {best[1].number}" + (" (no XML)" if "xml_error" in best[1].user_attrs else "")
             per_size.append(SizeWinner(size, label, r["time_us"], base_name, base_time,
-                                       r["busbw"], r["bound_pct"]))
+                                       r["busbw"], r["bound_pct"], nccl))
         else:
             per_size.append(SizeWinner(size, f"baseline:{base_name}", base_time, base_name, base_time,
-                                       factor * busbw_factor, 100 * factor / ref.bound_algbw[i]))
+                                       factor * busbw_factor, 100 * factor / ref.bound_algbw[i], nccl))
     best_trial = min(complete, key=lambda t: t.value, default=None)
     return StudySummary(config.study_name, config.collective, config.experiment_id, config.parent_run_id, counts,
                         None if best_trial is None else best_trial.value,
@@ -337,6 +353,8 @@ def finish_parent(client, summary: StudySummary) -> None:
     for w in summary.per_size:
         metrics[f"best_time_us.{w.size}"] = w.time_us
         metrics[f"speedup.{w.size}"] = w.speedup
+        if w.speedup_vs_nccl is not None:
+            metrics[f"speedup_vs_nccl.{w.size}"] = w.speedup_vs_nccl
         metrics[f"best_bound_pct.{w.size}"] = w.bound_pct
     for state, n in summary.counts.items():
         metrics[f"trials_{state.lower()}"] = n

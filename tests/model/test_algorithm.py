@@ -77,7 +77,8 @@ def _valid() -> dict:
     (lambda d: d["transfers"][0].update(op="sum"), "transfers[0].op"),
     (lambda d: d["transfers"][0].update(link=-1), "transfers[0].link"),
     (lambda d: d["transfers"][0].update(start_us=-2), "transfers[0].start_us"),
-    (lambda d: d["transfers"][0].update(channel=1), "transfers[0].channel"),
+    (lambda d: d["transfers"][0].update(lane=1), "transfers[0].lane"),
+    (lambda d: d["transfers"][0].update(channel=-1), "transfers[0].channel"),
     (lambda d: d.update(name=7), "name"),
     (lambda d: d.update(metadata=[]), "metadata"),
 ])

@@ -278,9 +278,22 @@ def test_a_profile_written_as_yaml_reads_back_equal(name, write_yaml):
     again = load_hardware(path)
     assert again == dataclasses.replace(profile, source=str(path))
     assert [list(nic.attach) for nic in again.nics] == [list(nic.attach) for nic in profile.nics]   # NIC order too
+    assert profile.nccl.channels > 1 and profile.gpu in ("volta", "ampere", "hopper", "blackwell")
 
 
 def test_a_taccl_profile_written_as_yaml_needs_no_chunk_size_any_more(taccl_topo_dir, write_yaml):
     profile = load_hardware(taccl_topo_dir / "topo-ndv2-1MB.json", chunk_bytes=MiB)
     path = write_yaml(profile_to_dict(profile), "ndv2-1MB.yaml")
     assert load_hardware(path) == dataclasses.replace(profile, source=str(path))
+
+
+def test_protocol_defaults_follow_the_gpu_generation():
+    h100, a100 = load_hardware("dgx-h100"), load_hardware("dgx-a100")
+    assert h100.protocols["Simple"].channel_GBps == 38.7 and a100.protocols["Simple"].channel_GBps == 24.0
+    assert h100.protocols["LL"].efficiency == 0.5 and h100.protocols["LL128"].efficiency == 120 / 128
+    assert h100.nccl.nvls is not None and a100.nccl.nvls is None
+    partial = profile_from_dict({"name": "p", "gpus_per_node": 2, "gpu": "hopper",
+                                 "link_classes": {"l": {"alpha_us": 1, "bandwidth_GBps": 10}},
+                                 "links": {"class": "l", "pairs": [[0, 1, 1]]},
+                                 "protocols": {"LL": {"launch_us": 3.0}}}, "<p>")
+    assert partial.protocols["LL"].launch_us == 3.0 and partial.protocols["LL"].channel_GBps == 141.0 / 24

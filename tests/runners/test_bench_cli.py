@@ -93,6 +93,23 @@ def test_sim_runner_wraps_the_simulator(profiles):
     assert (bad["wrong"] > 0).all() and bad["busbw"].isna().all()
 
 
+def test_sim_runner_runs_the_protocol_and_instances_it_is_given(profiles, tmp_path, cli):
+    graph = build_topology(load_hardware(profiles / "fc4.yaml"))
+    a = ring_allgather(4)
+    algo = tmp_path / "ring.json"
+    save_algorithm(a, algo)
+    out = cli("bench", str(algo), "--runner", "sim", "--hardware", str(profiles / "fc4.yaml"), "--sizes", "1K,16M",
+              "--runner-option", "protocol=ll", "--runner-option", "instances=2", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = [r for r in json.loads(out.stdout)["rows"] if not r["inplace"]]
+    assert [r["time_us"] for r in rows] == pytest.approx([simulate(a, graph, s, "LL", 2).time_us for s in (1024, 1 << 24)])
+    assert rows[1]["time_us"] != pytest.approx(simulate(a, graph, 1 << 24).time_us)     # LL halves the payload
+    with pytest.raises(InputError, match="^--protocol: 'LL64'"):
+        SimOptions(hardware="ring", protocol="LL64")
+    with pytest.raises(InputError, match="^--instances: 0"):
+        SimOptions(hardware="ring", instances=0)
+
+
 def test_bench_json_with_check_and_mpi_baseline(tmp_path, cli):
     algo = tmp_path / "ring.json"
     save_algorithm(ring_allgather(2), algo)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import socket
@@ -22,7 +23,7 @@ from optuna.trial import TrialState
 from autotaccl.cli import main
 from autotaccl.cluster.locks import Lock
 from autotaccl.errors import InputError
-from autotaccl.model.algorithm import Algorithm, Transfer, save_algorithm
+from autotaccl.model.algorithm import Algorithm, Transfer, from_json, save_algorithm
 from autotaccl.model.collectives import Collective
 from autotaccl.model.topology import topology_for
 from autotaccl.simulate import simulate
@@ -243,14 +244,19 @@ def test_a_site_runner_is_the_second_fidelity_of_tune_and_leases_its_hosts(site,
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(journal))
     trials = optuna.load_study(study_name="pairx2-allgather", storage=storage).trials
     assert len(trials) == 2 and all(t.state == TrialState.COMPLETE for t in trials)
-    for t in trials:
-        assert t.user_attrs["fidelity"] == "site-sim" and t.user_attrs["measure_hosts"] == ["site-b", "site-a"]
-        # baselines and trials were both measured by the site runner, 2x slower: the ratio is the simulator's
-        assert t.value == pytest.approx(t.user_attrs["sim_score"])
     ref = json.loads((out / "sweeps" / "pairx2-allgather.reference.json").read_text())
     assert ref["runner"] == "site-sim"
-    for name, times in ref["times"].items():
-        assert times == pytest.approx([2 * t for t in ref["sim_times"][name]])
+    graph = topology_for(str(tmp_path / "pair.yaml"), 2)
+    for name, times in ref["times"].items():      # the site runner ran each baseline as it is: Simple, one channel
+        algo = from_json(ref["algorithms"][name])
+        assert times == pytest.approx([2 * simulate(algo, graph, s, "Simple").time_us for s in ref["sizes"]])
+    for t in trials:
+        assert t.user_attrs["fidelity"] == "site-sim" and t.user_attrs["measure_hosts"] == ["site-b", "site-a"]
+        # the score compares the site runner's trial times with its own baseline times, not the simulator's
+        results = t.user_attrs["results"]
+        assert [r["baseline_time_us"] for r in results] == pytest.approx(
+            [min(times[i] for times in ref["times"].values()) for i in range(len(ref["sizes"]))])
+        assert t.value == pytest.approx(math.exp(sum(math.log(r["relative"]) for r in results) / len(results)))
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(calls) == len(ref["times"]) + 2 and all(c["sizes"] == [1024, 65536] for c in calls)
     for host in ("site-a", "site-b"):                 # the leases were taken on the runner's hosts

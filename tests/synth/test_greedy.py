@@ -164,7 +164,8 @@ def test_sixty_four_gpus_synthesize_and_verify():
     assert result.algorithm.ranks == 64
     verify(result.algorithm, g)
     assert result.status == "heuristic" and set(result.stages) == {"greedy"}
-    sim = simulate(result.algorithm, g, 1 << 30)
+    # one channel per connection cannot fill a NIC (Simple's 38.7 GB/s ceiling): run it on 8 instances
+    sim = simulate(result.algorithm, g, 1 << 30, instances=8)
     assert sim.algbw_GBps > 0.5 * bound_algbw(bounds(g, "allgather"), 1 << 30)
 
 

@@ -109,23 +109,62 @@ def test_resume_with_two_workers_does_not_repeat_finished_trials(sweep, capsys):
     assert "study ndv2x2-allgather" in capsys.readouterr().out
 
 
-def test_repeated_configuration_hits_the_synthesis_cache(tmp_path):
-    data = dict(NDV2_SPACE, parameters={"protocol": {"type": "categorical", "choices": ["Simple", "LL", "LL128"]}},
+def test_lowering_knobs_reuse_the_synthesis_and_the_export_picks_the_fastest_protocol(tmp_path):
+    """Protocol and instances are lowering knobs: one synthesis (cached) serves every trial. The simulator
+    tells them apart, so no two protocols tie at any size, and the export writes, per size, the protocol
+    and instance count the model says is fastest."""
+    from autotaccl.model.algorithm import from_json
+    from autotaccl.model.hardware import load_hardware
+    from autotaccl.model.topology import build_topology
+    from autotaccl.simulate import simulate
+    from autotaccl.tuning.export import export
+
+    data = dict(NDV2_SPACE, parameters={"protocol": {"type": "categorical", "choices": ["Simple", "LL", "LL128"]},
+                                        "instances": {"type": "categorical", "choices": [1, 2]}},
                 fixed={"engine": "greedy", "internode_conn": "relay", "relay_map": "1:0"}, seeds=[])
     out = tmp_path / "runs"
-    fresh_store(out)
-    request = TuneRequest(space=str(write_space(tmp_path, data)), trials=3, out=str(out), sampler="bruteforce",
+    uri = fresh_store(out)
+    request = TuneRequest(space=str(write_space(tmp_path, data)), trials=6, out=str(out), sampler="bruteforce",
                           seed=0, progress=False)
     (summary,) = tune(request)
-    assert summary.counts["COMPLETE"] == 3
-    trials = runs(out)
-    trials = trials[trials["tags.autotaccl.kind"] == "trial"]
-    assert sorted(trials["params.protocol"]) == ["LL", "LL128", "Simple"]
-    assert trials["tags.sketch_key"].nunique() == 1   # protocol is a lowering knob: one sketch
-    assert sorted(trials["tags.cache_hit"]) == ["false", "true", "true"]
+    assert summary.counts["COMPLETE"] == 6
+    assert all(w.nccl_time_us is not None and w.speedup_vs_nccl > 0 for w in summary.per_size)
+    df = runs(out)
+    trials = df[df["tags.autotaccl.kind"] == "trial"]
+    assert (df["tags.autotaccl.kind"] == "nccl").sum() == 1           # stock NCCL, predicted, logged beside
+    assert sorted(zip(trials["params.protocol"], trials["params.instances"].astype(int))) == \
+        sorted((p, i) for p in ("LL", "LL128", "Simple") for i in (1, 2))
+    assert trials["tags.sketch_key"].nunique() == 1
+    assert sorted(trials["tags.cache_hit"]) == ["false"] + ["true"] * 5
     assert len(list((out / "cache").glob("*.json"))) == 1
-    times = trials[[f"metrics.time_us.{s}" for s in SIZES]].drop_duplicates()
-    assert len(times) == 1                            # the cached algorithm measures the same
+    client = mlflow.MlflowClient()
+    algorithm = from_json(json.loads(Path(client.download_artifacts(trials.run_id.iloc[0], "algorithm.json",
+                                                                    str(tmp_path))).read_text()))
+    graph = build_topology(load_hardware("ndv2"), 2)
+    model = {(p, i): [simulate(algorithm, graph, s, p, i).time_us for s in SIZES]
+             for p in ("LL", "LL128", "Simple") for i in (1, 2)}
+    for j, size in enumerate(SIZES):
+        column = trials[f"metrics.time_us.{size}"]
+        by_protocol = {p: column[(trials["params.protocol"] == p).to_numpy()].min() for p in ("LL", "LL128", "Simple")}
+        assert len(set(by_protocol.values())) == 3, (size, by_protocol)       # no exact ties between protocols
+        for (p, i), times in model.items():
+            row = trials[(trials["params.protocol"] == p) & (trials["params.instances"].astype(int) == i)]
+            assert row[f"metrics.time_us.{size}"].iloc[0] == pytest.approx(times[j])
+    ranges = export(uri, ["ndv2x2-allgather"], tmp_path / "export")
+    assert any(r.winner.startswith("trial-") for r in ranges)
+    for r in ranges:
+        covered = [s for s in SIZES if r.min_size <= s <= r.max_size]
+        for s, t in zip(covered, r.time_us):
+            j = SIZES.index(s)
+            fastest = min(model, key=lambda key: model[key][j])
+            if r.winner.startswith("trial-"):
+                assert (r.protocol, r.instances) == fastest, (s, r, fastest)
+                assert t == pytest.approx(model[fastest][j])
+            else:                      # a baseline won: no synthesized trial was faster
+                assert model[fastest][j] >= min(r.baseline_time_us)
+        assert r.speedup_vs_nccl is not None
+    table = (tmp_path / "export" / "table.md").read_text()
+    assert "speed-up vs NCCL" in table
 
 
 def test_bad_space_is_one_line_and_exit_2(tmp_path, capsys):

@@ -15,7 +15,7 @@ from ..program import COLL_NAMES, LEGACY_NO_LIMIT, LIMITS, Gpu, Program, Step, T
 from .buffers import layout
 from .channels import spread_channels
 from .options import LoweringError, LoweringOptions
-from .replicate import replicate
+from .replicate import lanes, replicate
 from .runs import split_runs
 from .steps import StepRec, add_dependencies, build_steps
 from .threadblocks import TbKey, Uses, plan_threadblocks
@@ -41,10 +41,10 @@ def lower_program(algorithm: Algorithm, options: LoweringOptions | None = None) 
     if algorithm.collective.name not in COLL_NAMES[opts.runtime]:
         raise LoweringError(source, "collective", f"one the {opts.runtime} runtime runs")
     limits = LIMITS[opts.runtime]
-    links = 1 + max((t.link for t in algorithm.transfers), default=0)
+    links = lanes(algorithm)
     if links * opts.instances > limits.channels:
-        raise LoweringError(source, "channels", f"at most {limits.channels} channels (links x instances); "
-                            f"{links} link(s) x {opts.instances} instance(s) = {links * opts.instances}, "
+        raise LoweringError(source, "channels", f"at most {limits.channels} channels (channels x links x instances); "
+                            f"{links} channel(s) and link(s) x {opts.instances} instance(s) = {links * opts.instances}, "
                             f"{links * opts.instances - limits.channels} too many")
     expanded, channels = replicate(algorithm, opts.instances)
     channels = spread_channels(expanded, channels, limits.tbs_per_channel_direction, limits.channels, source)

@@ -2,12 +2,15 @@
 
 Instance ``i`` of chunk ``c`` (``c = block*k + j``, ``k`` the chunk-up factor) becomes chunk
 ``block*k*I + i*k + j`` of the same collective with chunk-up ``k*I``: blocked, so the chunks one
-transfer moves together stay contiguous. A transfer on link ``l`` of instance ``i`` uses channel
-``l*I + i``.
+transfer moves together stay contiguous. The algorithm's own channels and links form its *lanes*: a
+transfer on channel ``c`` and link ``l`` (of ``L`` links) is on lane ``c*L + l``, and lane ``n`` of
+instance ``i`` uses NCCL channel ``n*I + i``.
 """
 from __future__ import annotations
 
-from ....model.algorithm import Algorithm, Transfer
+from dataclasses import replace
+
+from ....model.algorithm import Algorithm
 
 
 def instance_chunk(chunk: int, chunkup: int, instances: int, instance: int) -> int:
@@ -15,17 +18,24 @@ def instance_chunk(chunk: int, chunkup: int, instances: int, instance: int) -> i
     return block * chunkup * instances + instance * chunkup + j
 
 
+def lanes(algorithm: Algorithm) -> int:
+    """How many lanes the algorithm's channels and links need: lane ``channel * L + link``, ``L`` links."""
+    links = 1 + max((t.link for t in algorithm.transfers), default=0)
+    return links * (1 + max((t.channel for t in algorithm.transfers), default=0))
+
+
 def replicate(algorithm: Algorithm, instances: int) -> tuple[Algorithm, tuple[int, ...]]:
     """(the replicated algorithm, the channel of each of its transfers), transfer ``t`` of instance ``i``
     at position ``t*I + i``."""
     coll = algorithm.collective
     k = coll.chunkup
+    links = 1 + max((t.link for t in algorithm.transfers), default=0)
     transfers, channels = [], []
     for t in algorithm.transfers:
         for i in range(instances):
             chunks = tuple(instance_chunk(c, k, instances, i) for c in t.chunks)
-            transfers.append(Transfer(chunks, t.src, t.dst, t.step, t.op, t.link, t.start_us))
-            channels.append(t.link * instances + i)
+            transfers.append(replace(t, chunks=chunks))
+            channels.append((t.channel * links + t.link) * instances + i)
     expanded = Algorithm(algorithm.name, coll.with_chunkup(k * instances), tuple(transfers), algorithm.topology,
                          algorithm.metadata)
     return expanded, tuple(channels)

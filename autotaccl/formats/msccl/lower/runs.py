@@ -6,7 +6,9 @@ such transfers into one transfer per run, run ``j`` on its own channel copy (as 
 """
 from __future__ import annotations
 
-from ....model.algorithm import Algorithm, Transfer
+from dataclasses import replace
+
+from ....model.algorithm import Algorithm
 from .buffers import layout
 from .steps import contiguous_runs
 from .threadblocks import Uses, plan_threadblocks
@@ -30,7 +32,7 @@ def split_runs(algorithm: Algorithm, channels: tuple[int, ...], origin: tuple[in
     transfers, new_channels, new_origin = [], [], []
     for t, tr in enumerate(algorithm.transfers):
         for j, run in enumerate(runs_of[t]):
-            transfers.append(Transfer(tuple(run), tr.src, tr.dst, tr.step, tr.op, tr.link, tr.start_us))
+            transfers.append(replace(tr, chunks=tuple(run)))
             new_channels.append(channels[t] + j * base)
             new_origin.append(origin[t])
     split = Algorithm(algorithm.name, algorithm.collective, tuple(transfers), algorithm.topology, algorithm.metadata)

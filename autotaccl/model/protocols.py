@@ -1,0 +1,185 @@
+"""What a runtime protocol costs, and what stock NCCL does on a machine: the profile's ``gpu``, ``protocols``
+and ``nccl`` sections (schema and sources in ``hardware/README.md``).
+
+NCCL moves data with one of three protocols (``src/device/prims_*.h``):
+
+* **LL** stores 8-byte lines of 4 data bytes and a 4-byte flag, so the receiver polls memory instead of
+  waiting for a fence: the lowest latency, half of every link's bytes are flags.
+* **LL128** stores 128-byte lines of which 120 bytes are data (one 8-byte flag word per line).
+* **Simple** moves plain buffers and synchronises with fences and flags per step: the most per-step
+  latency, all bytes are data.
+
+Every protocol has five terms (:class:`Protocol`). The defaults are NCCL's own cost model,
+``src/graph/tuning.cc`` (``ncclTunerConstantsDefaults``), per GPU generation: ``launch_us`` is its
+ring base latency, ``hop_us``/``net_hop_us`` its per-step NVLink/network latency minus that of LL (a
+link's own ``alpha_us`` already carries the wire), ``efficiency`` the payload share of a line, and
+``channel_GBps`` its per-channel bandwidth ceiling (``perChMaxTreeBws`` for Simple,
+``perChMaxRingLL128Bws`` for LL128, ``llMaxBws`` over 24 channels for LL).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+PROTOCOLS = ("LL", "LL128", "Simple")
+GENERATIONS = ("volta", "ampere", "hopper", "blackwell")
+DEFAULT_GENERATION = "ampere"
+
+# tuning.cc, per generation (Volta, Ampere, Hopper, Blackwell) on one node: llMaxBws[gen][0],
+# perChMaxRingLL128Bws[gen][0], perChMaxTreeBws[gen][0] (GB/s); nvlsEfficiency[gen]
+_LL_MAX = {"volta": 39.0, "ampere": 87.7, "hopper": 141.0, "blackwell": 282.0}
+_LL128_CHANNEL = {"volta": 20.0, "ampere": 20.0, "hopper": 36.7, "blackwell": 40.0}
+_SIMPLE_CHANNEL = {"volta": 26.5, "ampere": 24.0, "hopper": 38.7, "blackwell": 70.0}
+_NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.74}
+LL_CHANNELS = 24            # llMaxBws is a total; spread over the 24 channels NCCL opens on NVSwitch machines
+# tuning.cc ring base latencies and per-step latencies (µs) for LL, LL128, Simple
+_BASE = {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}
+_NVLINK_STEP = {"LL": 0.6, "LL128": 1.9, "Simple": 3.4}
+_NET_STEP = {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}
+_EFFICIENCY = {"LL": 0.5, "LL128": 120 / 128, "Simple": 1.0}
+TREE_EFFICIENCY = 0.92      # tuning.cc: tree AllReduce bandwidth factor
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """The cost of moving data with one protocol.
+
+    ``launch_us``: once per collective call. ``hop_us``/``net_hop_us``: added to the latency of every
+    transfer inside a node / across the network (on top of the link's ``alpha_us``). ``efficiency``:
+    the share of a link's bytes that are payload. ``channel_GBps``: the most one channel (one thread
+    block per peer) moves, whatever the link could carry.
+    """
+
+    name: str
+    launch_us: float
+    hop_us: float
+    net_hop_us: float
+    efficiency: float
+    channel_GBps: float
+
+
+@dataclass(frozen=True)
+class Nvls:
+    """NVLink SHARP (NVSwitch multicast and in-switch reduction, Hopper and later).
+
+    ``efficiency``: the share of the NVLink rate an NVLS transfer reaches (tuning.cc
+    ``nvlsEfficiency``); ``latency_us``: NCCL's NVLS latency (its per-step NVLink latency for NVLS).
+    """
+
+    efficiency: float = 0.85
+    latency_us: float = 25.0
+
+
+@dataclass(frozen=True)
+class NcclSettings:
+    """What stock NCCL does on this machine: its channel count (``n coll channels`` in NCCL's INFO log),
+    its send/receive channels per peer, the protocols it enables by default, where the switch supports
+    it NVLS, and the share of the link rate its double binary tree reaches (``tree_efficiency``)."""
+
+    channels: int = 24
+    p2p_channels_per_peer: int = 2
+    protocols: tuple[str, ...] = PROTOCOLS
+    nvls: Nvls | None = None
+    tree_efficiency: float = TREE_EFFICIENCY
+
+
+def default_protocols(gpu: str = DEFAULT_GENERATION) -> dict[str, Protocol]:
+    """NCCL's cost-model terms for GPU generation ``gpu`` (module docstring)."""
+    channel = {"LL": _LL_MAX[gpu] / LL_CHANNELS, "LL128": _LL128_CHANNEL[gpu], "Simple": _SIMPLE_CHANNEL[gpu]}
+    return {p: Protocol(p, _BASE[p], round(_NVLINK_STEP[p] - _NVLINK_STEP["LL"], 6),
+                        round(_NET_STEP[p] - _NET_STEP["LL"], 6), _EFFICIENCY[p], round(channel[p], 6))
+            for p in PROTOCOLS}
+
+
+def default_nvls(gpu: str) -> Nvls | None:
+    """NVLS as NCCL models it for ``gpu`` (None before Hopper)."""
+    return Nvls(_NVLS_EFFICIENCY[gpu]) if gpu in _NVLS_EFFICIENCY else None
+
+
+def canonical_protocol(name: Any, source: str = "--protocol") -> str:
+    """``"ll128"`` -> ``"LL128"``, ``"simple"`` -> ``"Simple"`` (NCCL_PROTO spelling is case-insensitive)."""
+    from ..errors import InputError
+
+    for p in PROTOCOLS:
+        if isinstance(name, str) and name.strip().lower() == p.lower():
+            return p
+    raise InputError(source, repr(name), f"one of: {', '.join(PROTOCOLS)}")
+
+
+# --------------------------------------------------------------------------- reading a profile's sections
+
+
+class _Fields:
+    """The keys of one mapping, each checked by the profile reader ``r`` (``hardware._Reader``)."""
+
+    def __init__(self, r, where: str, spec: Any, allowed: tuple[str, ...]) -> None:
+        self.r, self.where, self.spec = r, where, r.mapping(spec, where)
+        extra = sorted(set(map(str, self.spec)) - set(allowed))
+        if extra:
+            raise r.fail(f"{where}.{extra[0]}", f"one of: {', '.join(allowed)}")
+
+    def number(self, key: str, default: float, allow_zero: bool = True, most: float | None = None) -> float:
+        if key not in self.spec:
+            return default
+        value = self.r.number(self.spec[key], f"{self.where}.{key}", allow_zero=allow_zero)
+        if most is not None and value > most:
+            raise self.r.fail(f"{self.where}.{key}", f"a number in 0..{most:g}")
+        return value
+
+
+def read_protocols(r, data: Any, gpu: str) -> dict[str, Protocol]:
+    """The ``protocols`` section over the defaults for ``gpu``; any subset of protocols and fields."""
+    out = default_protocols(gpu)
+    if data is None:
+        return out
+    for name, spec in r.mapping(data, "protocols").items():
+        if name not in PROTOCOLS:
+            raise r.fail(f"protocols.{name}", f"one of: {', '.join(PROTOCOLS)}")
+        f = _Fields(r, f"protocols.{name}", spec, ("launch_us", "hop_us", "net_hop_us", "efficiency", "channel_GBps"))
+        base = out[name]
+        out[name] = replace(base, launch_us=f.number("launch_us", base.launch_us),
+                            hop_us=f.number("hop_us", base.hop_us), net_hop_us=f.number("net_hop_us", base.net_hop_us),
+                            efficiency=f.number("efficiency", base.efficiency, allow_zero=False, most=1.0),
+                            channel_GBps=f.number("channel_GBps", base.channel_GBps, allow_zero=False))
+    return out
+
+
+def read_nccl(r, data: Any, gpu: str, has_switch: bool) -> NcclSettings:
+    """The ``nccl`` section; NVLS defaults to on for Hopper-or-later profiles with a switch."""
+    nvls = default_nvls(gpu) if has_switch else None
+    if data is None:
+        return NcclSettings(nvls=nvls)
+    f = _Fields(r, "nccl", data, ("channels", "p2p_channels_per_peer", "protocols", "nvls", "tree_efficiency"))
+    channels = r.integer(f.spec.get("channels", 24), "nccl.channels", 1, 64)
+    per_peer = r.integer(f.spec.get("p2p_channels_per_peer", 2), "nccl.p2p_channels_per_peer", 1, 64)
+    protocols = PROTOCOLS
+    if "protocols" in f.spec:
+        value = f.spec["protocols"]
+        if not isinstance(value, list) or not value:
+            raise r.fail("nccl.protocols", f"a non-empty list of: {', '.join(PROTOCOLS)}")
+        protocols = tuple(p for p in PROTOCOLS if p in {canonical_protocol(v, f"{r.source}: nccl.protocols")
+                                                        for v in value})
+    if "nvls" in f.spec:
+        spec = f.spec["nvls"]
+        if spec is False or spec is None:
+            nvls = None
+        else:
+            if not has_switch:
+                raise r.fail("nccl.nvls", "false (NVLS needs an NVSwitch: the profile has no switches)")
+            g = _Fields(r, "nccl.nvls", {} if spec is True else spec, ("efficiency", "latency_us"))
+            base = nvls or Nvls()
+            nvls = Nvls(g.number("efficiency", base.efficiency, allow_zero=False, most=1.0),
+                        g.number("latency_us", base.latency_us))
+    tree = f.number("tree_efficiency", TREE_EFFICIENCY, allow_zero=False, most=1.0)
+    return NcclSettings(channels, per_peer, protocols, nvls, tree)
+
+
+def protocols_to_dict(protocols: Mapping[str, Protocol]) -> dict:
+    return {p.name: {"launch_us": p.launch_us, "hop_us": p.hop_us, "net_hop_us": p.net_hop_us,
+                     "efficiency": p.efficiency, "channel_GBps": p.channel_GBps} for p in protocols.values()}
+
+
+def nccl_to_dict(nccl: NcclSettings) -> dict:
+    return {"channels": nccl.channels, "p2p_channels_per_peer": nccl.p2p_channels_per_peer,
+            "protocols": list(nccl.protocols), "tree_efficiency": nccl.tree_efficiency,
+            "nvls": False if nccl.nvls is None else {"efficiency": nccl.nvls.efficiency, "latency_us": nccl.nvls.latency_us}}
