@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from autotaccl.tracking import outbox  # noqa: E402
 from autotaccl.cluster.heartbeat import open_storage  # noqa: E402
 from autotaccl.tuning.sweep import counted  # noqa: E402
-from cluster_fixtures import VENV_BIN, MlflowServer, postgres_url, tune_cmd, unique, write_space  # noqa: E402
+from support import VENV_BIN, MlflowServer, postgres_url, tune_cmd, unique, write_space  # noqa: E402
 
 TRIALS = 15
 
