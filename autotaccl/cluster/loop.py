@@ -60,7 +60,8 @@ def run_trials(config, study: optuna.Study, objective, counted: Callable[[Frozen
 
     def flush() -> None:
         while reaped:
-            record_trial(client, config, *reaped.pop())
+            trial, why = reaped.pop()
+            record_trial(client, config, trial, "FAIL", why)
 
     def seeded(number: int) -> None:
         """The sampler draws trial ``number``'s own stream (with a sweep seed)."""
@@ -135,6 +136,19 @@ def run_trials(config, study: optuna.Study, objective, counted: Callable[[Frozen
     return ran
 
 
+class _OwnFailures(logging.Filter):
+    """Drops Optuna's "Trial N failed ..." warnings (with the traceback of a Ctrl-C, or of the objective's
+    own failure): the loop records every failure with its reason (Optuna user attr, MLflow tag, log)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Trial ")
+
+
+_optimize_log = logging.getLogger("optuna.study._optimize")
+if not any(isinstance(f, _OwnFailures) for f in _optimize_log.filters):
+    _optimize_log.addFilter(_OwnFailures())
+
+
 def sample_index(study: optuna.Study, number: int) -> int:
     """Trial ``number``'s place among the study's uninterrupted trials (what it is in a sweep never cut short)."""
     return sum(1 for t in study.get_trials(deepcopy=False) if t.number < number and not t.user_attrs.get("interrupted"))
@@ -182,11 +196,13 @@ class _Completer:
         self.study, self.trial = study, trial
 
     def _value(self, name: str, distribution):
-        if name in self.trial.params:
-            return self.trial.params[name]
         fixed = self.trial.system_attrs.get("fixed_params", {})
+        # drawn even for a stored parameter: the sampler's stream then reaches the missing ones where the
+        # dead worker's would have
         value = fixed[name] if name in fixed else self.study.sampler.sample_independent(
             self.study, self.trial, name, distribution)
+        if name in self.trial.params:
+            return self.trial.params[name]
         backend = storage(self.study)
         backend.set_trial_param(trial_id(self.trial), name, distribution.to_internal_repr(value), distribution)
         self.trial = backend.get_trial(trial_id(self.trial))
