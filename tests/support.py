@@ -139,6 +139,58 @@ def exported(uri: str, out: Path) -> dict:
     return {"table": table, "xml": xml, "winners": [strip.sub("trial", str(r.get("winner"))) for r in rows]}
 
 
+SWEEP = "ndv2x2-allgather"        # the study and experiment of NDV2_SPACE
+SWEEP_ARGS = ("--trials", "5", "--sampler", "tpe", "--seed", "3")
+
+
+def study_trials(out: Path, name: str = SWEEP) -> list:
+    """The trials of study ``name`` in ``out``'s Optuna journal."""
+    from optuna import load_study
+
+    from autotaccl.cluster.heartbeat import open_storage
+
+    return load_study(study_name=name, storage=open_storage(str(out / "optuna.journal"))).trials
+
+
+def sweep_args(tmp_path: Path, name: str = "runs") -> tuple[list[str], Path]:
+    """``tune`` arguments of the NDV2_SPACE sweep into ``tmp_path/name`` (a fresh store), and that directory."""
+    space = write_space(tmp_path / "space", NDV2_SPACE)
+    out = tmp_path / name
+    fresh_store(out)
+    return ["--space", str(space), *SWEEP_ARGS, "--out", str(out)], out
+
+
+def configurations(trials) -> list:
+    """The counted trials' parameters, sorted (two sweeps that tried the same configurations compare equal)."""
+    from autotaccl.tuning.sweep import counted
+
+    return sorted(tuple(sorted(t.params.items())) for t in trials if counted(t))
+
+
+def assert_like_clean(out: Path, clean: tuple, export_dir: Path, trials: int = 5) -> None:
+    """The sweep in ``out`` ended as the uninterrupted one ``clean`` = (its out, export, trials) did: the same
+    counted configurations, one MLflow run per trial in its Optuna state, the baselines once, the same export."""
+    from autotaccl.tuning.sweep import counted
+
+    _, clean_export, clean_trials = clean
+    found = study_trials(out)
+    assert sum(counted(t) for t in found) == trials
+    assert all(t.state.is_finished() for t in found)
+    assert configurations(found) == configurations(clean_trials)      # the same configurations, seeds included
+    df = runs(out)
+    trial_runs = df[df["tags.autotaccl.kind"] == "trial"]
+    assert sorted(trial_runs["tags.optuna.trial"].astype(int)) == [t.number for t in found]   # one run per trial
+    states = dict(zip(trial_runs["tags.optuna.trial"].astype(int), zip(trial_runs["tags.state"], trial_runs["status"])))
+    status = {"COMPLETE": "FINISHED", "FAIL": "FAILED", "PRUNED": "KILLED"}
+    assert states == {t.number: (t.state.name, status[t.state.name]) for t in found}      # MLflow agrees with Optuna
+    running = df[df["status"] == "RUNNING"]
+    assert (running["tags.autotaccl.kind"] == "sweep").all()
+    bases = df[df["tags.autotaccl.kind"] == "baseline"]
+    assert sorted(bases["tags.baseline"]) == ["direct", "hierarchical", "ring"]
+    assert (bases["status"] == "FINISHED").all()
+    assert exported(f"sqlite:///{out / 'mlflow.db'}", export_dir) == clean_export
+
+
 # --------------------------------------------------------------------------- services: PostgreSQL, MLflow server
 
 def postgres_url() -> str:

@@ -27,18 +27,27 @@ KIND = "autotaccl.kind"          # sweep | trial | baseline
 STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
 PER_SIZE = ("time_us", "algbw_GBps", "busbw_GBps", "relative", "bound_pct")
 
+# MLflow's SQL store logs every database error with its traceback ("SQLAlchemy database error ...") and then
+# raises it; the caller reports the error raised (a full disk: one line), so the log is only noise
+logging.getLogger("mlflow.store.db.utils").addFilter(lambda record: not str(record.msg).startswith("SQLAlchemy database error"))
+
 
 def sqlite_uri(path: str | Path) -> str:
-    """The SQLAlchemy URL of the SQLite file ``path``, whatever characters it holds: ``?`` would start a
-    query, ``#`` a fragment and ``%`` an escape, so those are percent-encoded (SQLAlchemy decodes them
-    back); other characters stay as they are, since MLflow also reads the URL as a plain path."""
+    """The SQLAlchemy URL of the SQLite file ``path``, whatever characters it holds.
+
+    ``?`` would start a query, ``#`` a fragment and ``%`` an escape, so those are percent-encoded
+    (SQLAlchemy decodes them back). MLflow also reads a ``sqlite:///`` URL as a plain path to create its
+    directory (a stray ``run%3Fx=1/`` beside ``run?x=1/``), so an encoded URL names the driver
+    (``sqlite+pysqlite:///``), which that step skips; a plain path keeps the familiar form."""
     text = str(Path(path).resolve())
-    return "sqlite:///" + text.replace("%", "%25").replace("?", "%3F").replace("#", "%23")
+    encoded = text.replace("%", "%25").replace("?", "%3F").replace("#", "%23")
+    return ("sqlite:///" if encoded == text else "sqlite+pysqlite:///") + encoded
 
 
 def sqlite_path(uri: str) -> Path | None:
-    """The file an ``sqlite:///`` URI names (decoded as SQLAlchemy decodes it), None for other URIs."""
-    if not uri.startswith("sqlite:"):
+    """The file an SQLite URI (``sqlite:///``, ``sqlite+pysqlite:///``) names, decoded as SQLAlchemy
+    decodes it; None for other URIs."""
+    if not uri.startswith("sqlite"):
         return None
     from sqlalchemy.engine import make_url
 
@@ -59,7 +68,7 @@ def init_store(uri: str) -> MlflowClient:
 
 def existing_store(uri: str) -> str:
     """``uri`` if it names an existing store: MLflow would silently create a new SQLite file otherwise."""
-    if uri.startswith("sqlite:///"):
+    if uri.startswith("sqlite"):
         path = sqlite_path(uri)
         if path is None or not path.is_file():
             raise ParameterError("tracking_uri", uri, "an existing MLflow store, e.g. sqlite:///autotaccl-runs/mlflow.db")
