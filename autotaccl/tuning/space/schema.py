@@ -25,6 +25,7 @@ from .knobs import KNOBS, KnobContext
 ParameterType = Literal["categorical", "int", "float"]
 TYPES: tuple[ParameterType, ...] = get_args(ParameterType)
 _TOP_KEYS = {"name", "description", "target", "sizes", "parameters", "fixed", "seeds"}
+MAX_STEPS = 1_000_000     # values of a stepped parameter (grid and brute-force samplers enumerate them)
 _PARAM_KEYS = {"type", "choices", "low", "high", "step", "log", "when"}
 
 
@@ -300,6 +301,8 @@ def _parameter(key: str, spec: Any, where: str, fail, check_knob, earlier: list[
                              or not math.isfinite(step)
                              or (kind == "int" and not isinstance(step, int))):
         raise fail(f"{where}.step", "a positive number (whole for int)")
+    if step is not None and (numbers["high"] - numbers["low"]) / step > MAX_STEPS:
+        raise fail(f"{where}.step", f"a step that gives at most {MAX_STEPS} values from low to high")
     log = spec.get("log", False)
     if not isinstance(log, bool):
         raise fail(f"{where}.log", "true or false")
