@@ -293,3 +293,66 @@ def test_a_deleted_experiment_of_the_same_name_is_refused_in_one_line(tmp_path):
     client.delete_experiment(client.create_experiment(SWEEP, tags={"autotaccl.target": "ndv2x2"}))
     line = _one_line(run_tune(*args))
     assert "deleted" in line and "mlflow experiments restore" in line, line
+
+
+# --------------------------------------------------------------------------- Ctrl-C with --workers
+
+
+@pytest.mark.slow
+def test_ctrl_c_with_workers_is_one_line_and_a_rerun_finishes_the_sweep(clean_sweep, tmp_path):
+    """Ctrl-C in a terminal reaches the whole process group: the driver and every worker."""
+    args, out = sweep_args(tmp_path)
+    proc = subprocess.Popen(tune_cmd(*args, "--workers", "2"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not any(t.state == TrialState.COMPLETE for t in _trials_or_none(out)):
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+    assert [line for line in stderr.splitlines() if line.strip()] == ["autotaccl: interrupted"], stderr
+    again = run_tune(*args)
+    assert again.returncode == 0, again.stderr
+    assert_like_clean(out, clean_sweep, tmp_path / "export")
+
+
+def _trials_or_none(out: Path) -> list:
+    try:
+        return study_trials(out)
+    except (KeyError, FileNotFoundError):      # not created yet
+        return []
+
+
+# --------------------------------------------------------------------------- export -o
+
+
+def test_export_replaces_its_directory_in_one_step_and_cleans_up_after_a_killed_one(clean_sweep, tmp_path):
+    store = tmp_path / "runs"
+    subprocess.run(["cp", "-a", str(clean_sweep[0]), str(store)], check=True)
+    target = tmp_path / "export"
+    cmd = [str(VENV_BIN / "autotaccl"), "export", "--tracking-uri", sqlite_uri(store / "mlflow.db"), "-o", str(target)]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    assert subprocess.run(cmd, capture_output=True, env=env).returncode == 0
+    umask = os.umask(0)
+    os.umask(umask)
+    assert target.stat().st_mode & 0o777 == 0o777 & ~umask                 # not mkdtemp's 0700
+    table = (target / "table.json").read_text()
+
+    killed = subprocess.run(cmd, capture_output=True, env={**env, "AUTOTACCL_TEST_FAULT": "export.written:SIGKILL"})
+    assert killed.returncode == -signal.SIGKILL
+    assert (target / "table.json").read_text() == table                   # the old export, whole
+    assert [p.name for p in tmp_path.glob(".export.tmp-*")]                 # what the killed one left
+
+    missing = []
+    writer = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    while writer.poll() is None:                                            # a reader all along
+        if not (target / "table.json").is_file():
+            missing.append(time.monotonic())
+        time.sleep(0.001)
+    assert writer.returncode == 0 and not missing                           # never seen missing
+    assert not list(tmp_path.glob(".export.tmp-*"))                         # cleaned up
+    assert (target / "table.json").read_text() == table
