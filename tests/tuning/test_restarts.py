@@ -155,6 +155,7 @@ def _copy_of(finished, tmp_path) -> tuple[list[str], Path]:
     return [a if a != str(out) else str(where) for a in args], where
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage, says", [
     (_damage_middle, "line"),
     (_emptied, "is gone"),
@@ -205,6 +206,7 @@ def _fewer_protocols(data):
     data["parameters"]["protocol"]["choices"] = ["Simple"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change, field, extendable", [
     (_more_protocols, "parameters.protocol.choices", True),
     (_more_sizes, "sizes", True),
@@ -330,6 +332,7 @@ def _trials_or_none(out: Path) -> list:
 # --------------------------------------------------------------------------- export -o
 
 
+@pytest.mark.slow
 def test_export_replaces_its_directory_in_one_step_and_cleans_up_after_a_killed_one(clean_sweep, tmp_path):
     store = tmp_path / "runs"
     subprocess.run(["cp", "-a", str(clean_sweep[0]), str(store)], check=True)
