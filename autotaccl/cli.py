@@ -4,6 +4,8 @@ Each command module defines ``register(subparsers)``, which adds its parser and 
 function taking the parsed arguments and returning an exit status. Bad input (an
 :class:`~autotaccl.errors.InputError`) becomes one line on stderr and exit status 2; a bad argument the
 library names by its parameter (:class:`~autotaccl.errors.ParameterError`) is named by the flag that set it.
+A failure of the environment (a full disk, an I/O error: ``errors.environment_problem``) is one line and
+exit status 1; Ctrl-C is one line and 130.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import sys
 from typing import Sequence
 
 from . import commands
-from .errors import InfeasibleError, InputError, ParameterError
+from .errors import InfeasibleError, InputError, ParameterError, environment_problem
 
 # library parameters whose command-line option has another name (``dest``); every other parameter is
 # its option's dest (``trials`` -> --trials, ``time_limit`` -> --time-limit)
@@ -75,6 +77,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("autotaccl: interrupted", file=sys.stderr)
         return 130
+    except Exception as err:   # a full disk, an I/O error: the machine's fault, said in one line
+        problem = environment_problem(err)
+        if problem is None:
+            raise
+        print(f"autotaccl: error: {problem}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """The error types for bad user input: they name the file (or the argument), the field and what was expected."""
 from __future__ import annotations
 
+import errno
+import os
 from typing import Mapping
 
 
@@ -41,3 +43,33 @@ class ParameterError(InputError):
 
 class InfeasibleError(ValueError):
     """A sketch or configuration admits no algorithm; the message says why."""
+
+
+class EnvironmentFailure(RuntimeError):
+    """The machine failed, not the input or the configuration: a full disk, an I/O error, a read-only
+    file system. A sweep stops with this (one line, exit status 1); the trial it cut short is not
+    counted and runs again when the sweep is started again."""
+
+
+#: errno values that mean "the environment failed" (full disk or quota, I/O error, read-only, file too large)
+ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG})
+#: how SQLite (through SQLAlchemy and MLflow, which keep only the text) reports the same failures
+_ENVIRONMENT_TEXTS = ("database or disk is full", "disk i/o error", "no space left on device", "disk quota exceeded",
+                      "read-only file system", "file too large")
+
+
+def environment_problem(err: BaseException) -> str | None:
+    """What failed in the environment, if ``err`` (or an error it was raised from) is such a failure."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, EnvironmentFailure):
+            return str(err)
+        if isinstance(err, OSError) and err.errno in ENVIRONMENT_ERRNOS:
+            return f"{err.strerror or os.strerror(err.errno)}" + (f": {err.filename}" if err.filename else "")
+        text = str(err).lower()
+        found = next((t for t in _ENVIRONMENT_TEXTS if t in text), None)
+        if found:
+            return str(err).splitlines()[0][:300]
+        err = err.__cause__ or err.__context__
+    return None

@@ -9,6 +9,7 @@ tracking store are sanitised with :func:`file_stem` instead, since the store may
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import tempfile
@@ -16,13 +17,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from . import faults
 from .errors import InputError, ParameterError
 
 NAME_EXPECTED = "a name of 1-128 printable characters without '/', '\\' or a leading '.' (it becomes a file name)"
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f/\\]")
 _STEM = re.compile(r"[^A-Za-z0-9._+-]+")
 TOO_DEEP = "a document nested less than about 900 levels deep"
-TRACKING_SCHEMES = ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
+TRACKING_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
 
 
 def safe_name(value: object, source: str, field: str) -> str:
@@ -46,16 +48,31 @@ def path_arg(value: str, flag: str) -> str:
     return value
 
 
+def _unwritable(folder: Path) -> str | None:
+    """Why no file can be created in ``folder`` (None if one can): tried for real, since permissions,
+    read-only mounts and quotas all say no only when asked (and root passes every permission check)."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return None
+    except OSError as err:
+        return err.strerror or str(err)
+
+
 def output_file(value: str, flag: str = "-o") -> Path:
-    """A file to write: its directory exists and it is not itself a directory."""
+    """A file to write: its directory exists and takes new files, and it is not itself a directory
+    (checked before any work, so a long job never loses its result at the end)."""
     path = Path(path_arg(value, flag))
     if not path.parent.is_dir() or path.is_dir():
         raise ParameterError(flag, repr(value), "a file path in an existing directory")
+    why = _unwritable(path.parent)
+    if why:
+        raise ParameterError(flag, repr(value), f"a file path in a writable directory ({path.parent}: {why})")
     return path
 
 
 def output_dir(value: str, flag: str = "-o", replaces: tuple[str, ...] | None = None) -> Path:
-    """A directory to create (or, with ``replaces``, to replace): no file stands in its way.
+    """A directory to create (or, with ``replaces``, to replace): no file stands in its way, and the
+    directory it is created in (or replaced from) takes new files.
 
     A directory that is replaced as a whole may hold only files matching the ``replaces`` patterns
     (a previous output): ``-o .`` or ``-o ~`` must never delete a user's files.
@@ -64,6 +81,10 @@ def output_dir(value: str, flag: str = "-o", replaces: tuple[str, ...] | None = 
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir():
         raise ParameterError(flag, repr(value), f"a directory path ({existing} is a file)")
+    for folder in {existing, path.parent} if replaces is not None and path.is_dir() else {existing}:
+        why = _unwritable(folder)
+        if why:
+            raise ParameterError(flag, repr(value), f"a directory path where files can be written ({folder}: {why})")
     if replaces is not None and path.is_dir():
         foreign = sorted(p.name for p in path.iterdir() if not any(p.match(g) for g in replaces))
         if foreign:
@@ -95,8 +116,9 @@ def storage_url(value: str, flag: str = "--storage") -> str:
 def tracking_uri(value: str, flag: str = "--tracking-uri") -> str:
     """An MLflow tracking URI with a scheme MLflow supports (a new SQLite file's directory must exist)."""
     path_arg(value, flag)
-    if "://" not in value:
-        return value        # a local directory (MLflow's file store)
+    if "://" not in value or value.startswith("file:"):
+        raise ParameterError(flag, repr(value), "a database or server URI such as sqlite:///runs/mlflow.db or "
+                                                "http://host:5000 (MLflow 3 has no file store)")
     scheme = value.split("://", 1)[0].split("+", 1)[0].lower()
     if scheme not in TRACKING_SCHEMES:
         raise ParameterError(flag, repr(value), f"a tracking URI with one of the schemes {', '.join(TRACKING_SCHEMES)}")
@@ -114,25 +136,71 @@ def _parent_exists(database: str, value: str, flag: str) -> None:
         raise ParameterError(flag, repr(value), f"a database file in an existing directory ({Path(database).parent} is not one)")
 
 
+_RENAME_EXCHANGE = 2         # renameat2(2) flag: swap two paths in one step (Linux >= 3.15)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap directories ``a`` and ``b`` in one atomic step (False where the system cannot)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    AT_FDCWD = -100
+    return renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0
+
+
+def _tmp_prefix(out: Path) -> str:
+    return f".{out.name}.tmp-"
+
+
 @contextmanager
 def replaced_dir(out_dir: str | Path) -> Iterator[Path]:
-    """Yield an empty sibling directory to fill; on success it replaces ``out_dir`` in one rename.
+    """Yield an empty sibling directory to fill; on success it takes ``out_dir``'s place in one step.
 
-    On any error the half-written directory is removed and ``out_dir`` is left as it was.
+    A reader sees the old directory or the new one, never none (the two are swapped atomically, where the
+    system can; elsewhere the old one is moved aside first). On any error the half-written directory is
+    removed and ``out_dir`` is left as it was; what a killed writer left (``.NAME.tmp-*`` beside it) is
+    removed by the next one. The new directory gets the usual mode (0777 less the umask), not mkdtemp's 0700.
     """
     out = Path(out_dir).resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    for stale in out.parent.glob(_tmp_prefix(out) + "*"):
+        if stale.is_dir() and not _held(stale):
+            shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=_tmp_prefix(out) + f"{os.getpid()}-", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)
     try:
         yield tmp
-        if out.exists():
-            old = out.with_name(f".{out.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
+        faults.point("export.written")
+        if not out.exists():
+            tmp.rename(out)
+        elif _exchange(tmp, out):
+            shutil.rmtree(tmp)                      # now the old directory
+        else:
+            old = out.with_name(f"{_tmp_prefix(out)}{os.getpid()}-old")
             out.rename(old)
             tmp.rename(out)
             shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _held(folder: Path) -> bool:
+    """Whether the process that made ``folder`` (its pid is in the name) is still running."""
+    pid = folder.name.rpartition(".tmp-")[2].split("-")[0]
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

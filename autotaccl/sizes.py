@@ -1,7 +1,6 @@
 """Buffer-size strings as nccl-tests reads them: K/M/G suffixes are binary (1K = 1024)."""
 from __future__ import annotations
 
-import math
 import re
 
 from .errors import InputError
@@ -10,14 +9,15 @@ _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 
           "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30, "T": 1 << 40, "TB": 1 << 40,
           "TIB": 1 << 40}
 MAX_SIZES = 10_000
+MAX_SIZE = 1 << 40        # 1T: a buffer per rank no machine we model holds more of
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 
 
 def parse_size(text: str | int, source: str = "size") -> int:
     """``"32KB"`` -> 32768. Raises InputError naming ``source`` on anything else."""
     if isinstance(text, int) and not isinstance(text, bool):
-        if text <= 0:
-            raise InputError(source, str(text), "a positive size")
+        if not 0 < text <= MAX_SIZE:
+            raise InputError(source, str(text), "a positive size up to 1T")
         return text
     match = _SIZE.match(str(text))
     unit = match.group(2).upper() if match else None
@@ -26,6 +26,8 @@ def parse_size(text: str | int, source: str = "size") -> int:
     value = float(match.group(1)) * _UNITS[unit]
     if value <= 0 or value != int(value):
         raise InputError(source, repr(text), "a positive whole number of bytes")
+    if value > MAX_SIZE:
+        raise InputError(source, repr(text), "a size up to 1T")
     return int(value)
 
 
@@ -51,8 +53,8 @@ def parse_size_range(text: str, source: str = "sizes") -> list[int]:
             factor = float(step[1:])
         except ValueError:
             factor = 0.0
-        if not (factor > 1 and math.isfinite(factor)):
-            raise InputError(source, repr(step), "a factor above 1, such as x2")
+        if not 1 < factor <= MAX_SIZE:
+            raise InputError(source, repr(step), "a factor above 1 (and up to 1T), such as x2")
 
         def grow(size: int) -> int:
             return int(size * factor)

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from autotaccl.cluster.heartbeat import open_storage  # noqa: E402
 from autotaccl.tuning.sweep import counted  # noqa: E402
-from cluster_fixtures import MlflowServer, postgres_url, tune_cmd, unique, write_space  # noqa: E402
+from support import MlflowServer, postgres_url, tune_cmd, unique, write_space  # noqa: E402
 
 
 def sweep(tmp: Path, server: MlflowServer, storage: str, workers: int, trials: int) -> dict:

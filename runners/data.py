@@ -27,7 +27,12 @@ def numpy_dtype(dtype: str) -> np.dtype:
 def values(rank: int, chunk: int, elems: int, dtype: str, op: str) -> np.ndarray:
     """Rank ``rank``'s input for ``chunk``: integers in 1..13 (1..2 for products, so they stay exact)."""
     period = 2 if op == "prod" else 13
-    return (1 + (rank * 131 + chunk * 17 + np.arange(elems)) % period).astype(numpy_dtype(dtype))
+    one = (1 + (rank * 131 + chunk * 17 + np.arange(period)) % period).astype(numpy_dtype(dtype))
+    out = np.empty(elems, one.dtype)             # the period repeated: no index array as large as the data
+    whole = elems - elems % period
+    out[:whole].reshape(-1, period)[:] = one
+    out[whole:] = one[:elems - whole]
+    return out
 
 
 def sentinel(dtype: str):

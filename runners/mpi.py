@@ -222,6 +222,34 @@ class MpiRunner:
         return mine, theirs
 
 
+BUFFERS_PER_SIZE = 4     # a rank holds input, output and scratch buffers and the check's expected values
+
+
+def check_memory(largest: int, ranks: int) -> None:
+    """Refuse (before launching) sizes whose buffers the ranks on this host cannot hold together: ranks
+    that run out of memory are killed one by one, minutes in, or stall the machine."""
+    need = BUFFERS_PER_SIZE * largest * ranks
+    available = _available_memory()
+    if available is not None and need > available:
+        from autotaccl.sizes import format_size
+
+        raise InputError("--sizes", repr(format_size(largest)), f"sizes whose buffers fit in this host's memory "
+                         f"({ranks} ranks x about {BUFFERS_PER_SIZE} x {format_size(largest)} = {need / 2**30:.1f} GiB, "
+                         f"{available / 2**30:.1f} GiB available)")
+
+
+def _available_memory() -> int | None:
+    """MemAvailable of /proc/meminfo in bytes (None where there is none)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 def measure_many(algorithms: Sequence[Algorithm | Collective], sizes: Sequence[int],
                  options: MpiOptions = MpiOptions(), inplace: Sequence[bool] = (False, True)) -> list[pd.DataFrame]:
     """Measure several algorithms (or, for a :class:`Collective`, MPI's own collective) in one job."""
@@ -245,6 +273,8 @@ def measure_many(algorithms: Sequence[Algorithm | Collective], sizes: Sequence[i
         if tiny:
             log.warning("%s: sizes %s hold less than one element per chunk and are skipped",
                         getattr(item, "name", coll.name), ", ".join(map(str, tiny)))
+    if options.hostfile is None:
+        check_memory(max(sizes), np)
     job = JobOptions(np, options.launcher, options.hostfile, options.timeout, options.workdir)
     results = run_job(tasks, job, settings)
     return [frame(rows) for rows in results]

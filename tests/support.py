@@ -5,10 +5,18 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import re
+import shlex
 import shutil
+import signal
+import socket
+import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -107,6 +115,141 @@ def unique(prefix: str) -> str:
 
 def tune_cmd(*args: str) -> list[str]:
     return [str(VENV_BIN / "autotaccl"), "tune", "--no-progress", *args]
+
+
+def run_tune(*args: str, fault: str | None = None, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
+    """``autotaccl tune`` in a real process; ``fault`` interrupts it at a named point (autotaccl/faults.py)."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    env.pop("AUTOTACCL_TEST_FAULT", None)
+    if fault:
+        env["AUTOTACCL_TEST_FAULT"] = fault
+    return subprocess.run(tune_cmd(*args), capture_output=True, text=True, timeout=timeout, env=env, **kwargs)
+
+
+def exported(uri: str, out: Path) -> dict:
+    """``autotaccl export`` of a store, without run ids and trial numbers (which differ between two sweeps
+    that found the same algorithms): the table, the XML texts and the winners."""
+    run = subprocess.run([str(VENV_BIN / "autotaccl"), "export", "--tracking-uri", uri, "-o", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    if run.returncode != 0:
+        raise AssertionError(f"export failed: {run.stdout}{run.stderr}")
+    rows = json.loads((out / "table.json").read_text())["ranges"]
+    strip = re.compile(r"trial-\d+|[0-9a-f]{32}")
+    table = [{k: v for k, v in r.items() if k not in ("run_id", "winner", "xml")} for r in rows]
+    xml = sorted(strip.sub("*", p.read_text()) for p in out.rglob("*.xml"))
+    return {"table": table, "xml": xml, "winners": [strip.sub("trial", str(r.get("winner"))) for r in rows]}
+
+
+SWEEP = "ndv2x2-allgather"        # the study and experiment of NDV2_SPACE
+SWEEP_ARGS = ("--trials", "5", "--sampler", "tpe", "--seed", "3")
+
+
+def study_trials(out: Path, name: str = SWEEP) -> list:
+    """The trials of study ``name`` in ``out``'s Optuna journal."""
+    from optuna import load_study
+
+    from autotaccl.cluster.heartbeat import open_storage
+
+    return load_study(study_name=name, storage=open_storage(str(out / "optuna.journal"))).trials
+
+
+def sweep_args(tmp_path: Path, name: str = "runs") -> tuple[list[str], Path]:
+    """``tune`` arguments of the NDV2_SPACE sweep into ``tmp_path/name`` (a fresh store), and that directory."""
+    space = write_space(tmp_path / "space", NDV2_SPACE)
+    out = tmp_path / name
+    fresh_store(out)
+    return ["--space", str(space), *SWEEP_ARGS, "--out", str(out)], out
+
+
+def configurations(trials) -> list:
+    """The counted trials' parameters, sorted (two sweeps that tried the same configurations compare equal)."""
+    from autotaccl.tuning.sweep import counted
+
+    return sorted(tuple(sorted(t.params.items())) for t in trials if counted(t))
+
+
+def assert_like_clean(out: Path, clean: tuple, export_dir: Path, trials: int = 5) -> None:
+    """The sweep in ``out`` ended as the uninterrupted one ``clean`` = (its out, export, trials) did: the same
+    counted configurations, one MLflow run per trial in its Optuna state, the baselines once, the same export."""
+    from autotaccl.tuning.sweep import counted
+
+    _, clean_export, clean_trials = clean
+    found = study_trials(out)
+    assert sum(counted(t) for t in found) == trials
+    assert all(t.state.is_finished() for t in found)
+    assert configurations(found) == configurations(clean_trials)      # the same configurations, seeds included
+    df = runs(out)
+    trial_runs = df[df["tags.autotaccl.kind"] == "trial"]
+    assert sorted(trial_runs["tags.optuna.trial"].astype(int)) == [t.number for t in found]   # one run per trial
+    states = dict(zip(trial_runs["tags.optuna.trial"].astype(int), zip(trial_runs["tags.state"], trial_runs["status"])))
+    status = {"COMPLETE": "FINISHED", "FAIL": "FAILED", "PRUNED": "KILLED"}
+    assert states == {t.number: (t.state.name, status[t.state.name]) for t in found}      # MLflow agrees with Optuna
+    running = df[df["status"] == "RUNNING"]
+    assert (running["tags.autotaccl.kind"] == "sweep").all()
+    bases = df[df["tags.autotaccl.kind"] == "baseline"]
+    assert sorted(bases["tags.baseline"]) == ["direct", "hierarchical", "ring"]
+    assert (bases["status"] == "FINISHED").all()
+    assert exported(f"sqlite:///{out / 'mlflow.db'}", export_dir) == clean_export
+
+
+# --------------------------------------------------------------------------- services: PostgreSQL, MLflow server
+
+def postgres_url() -> str:
+    """``AUTOTACCL_TEST_POSTGRES`` (set by .ci/run), else the shared server ``bash .ci/postgres start`` starts."""
+    url = os.environ.get("AUTOTACCL_TEST_POSTGRES")
+    if url:
+        return url
+    out = subprocess.run(["bash", str(REPO / ".ci" / "postgres"), "start"], capture_output=True, text=True,
+                         timeout=300, check=True).stdout
+    line = [x for x in out.splitlines() if "AUTOTACCL_TEST_POSTGRES=" in x][-1]
+    url = shlex.split(line.split("=", 1)[1])[0]
+    os.environ["AUTOTACCL_TEST_POSTGRES"] = url
+    return url
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MlflowServer:
+    """``mlflow server`` on a free 127.0.0.1 port as a child process, one worker, no job runner, its SQLite
+    store copied from the migrated template; ``stop()``/``start()`` keep the store and the port."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        fresh_store(root)
+        self.port = free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, wait: float = 90.0) -> None:
+        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        env.pop("AUTOTACCL_TEST_FAULT", None)
+        log = open(self.root / "server.log", "ab")
+        self.proc = subprocess.Popen(
+            [str(VENV_BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{self.root / 'mlflow.db'}",
+             "--default-artifact-root", str(self.root / "artifacts"), "--host", "127.0.0.1",
+             "--port", str(self.port), "--workers", "1"],
+            env=env, stdout=log, stderr=log, start_new_session=True)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.3)
+            if self.proc.poll() is not None:
+                break
+        raise RuntimeError(f"mlflow server did not start: {(self.root / 'server.log').read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)       # the server and its uvicorn worker
+            self.proc.wait(timeout=30)
+        self.proc = None
 
 
 # --------------------------------------------------------------------------- a site's own runner

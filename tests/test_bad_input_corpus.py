@@ -37,9 +37,9 @@ def _cases() -> list:
     return cases
 
 
-def _fill(parts, tmp: Path, names: str) -> tuple[list[str], str]:
+def _fill(parts, tmp: Path, names: str, readonly: Path | None = None) -> tuple[list[str], str]:
     out = tmp / "out"
-    subs = {"{good}": str(CORPUS / "_good"), "{out}": str(out), "{file}": str(CORPUS / names)}
+    subs = {"{good}": str(CORPUS / "_good"), "{out}": str(out), "{file}": str(CORPUS / names), "{ro}": str(readonly)}
 
     def fill(text: str) -> str:
         for key, value in subs.items():
@@ -77,10 +77,31 @@ def sandbox(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.fixture(scope="session")
+def readonly(tmp_path_factory):
+    """A directory no file can be created in, holding an empty ``store.db``: a read-only tmpfs (root passes
+    every permission check, so only a read-only mount stops it), or mode 0555 for anyone else."""
+    folder = tmp_path_factory.mktemp("readonly")
+    (folder / "store.db").write_bytes(b"")
+    if os.geteuid() != 0:
+        (folder / "store.db").chmod(0o444)
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+        return
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], check=True)
+    (folder / "store.db").write_bytes(b"")
+    subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
 @pytest.mark.parametrize("command, names, field", _cases())
-def test_bad_input(command, names, field, sandbox, capsys):
-    argv, source = _fill(command, sandbox, names)
-    _, field = _fill([field], sandbox, names)[0][0], _fill([field], sandbox, names)[0][0]
+def test_bad_input(command, names, field, sandbox, readonly, capsys):
+    argv, source = _fill(command, sandbox, names, readonly)
+    field = _fill([field], sandbox, names, readonly)[0][0]
     before = _snapshot(sandbox / "out", sandbox / "cwd")
     status = main(argv)
     captured = capsys.readouterr()

@@ -7,13 +7,17 @@ period (measured against a file the reaper touches itself, so host clocks do not
 interval (seconds, default 60) is the sweep's (``TuneRequest.heartbeat``); the grace period is 3 of them.
 
 The reaper runs in every worker before it admits a trial: a stale trial gets ``failure_reason`` and
-``interrupted`` (so it does not count towards ``--trials``), becomes FAIL, and a clone of it is queued
-(``RetryHeartbeatStaleTrialCallback``, at most ``MAX_RETRY`` times), which the next worker runs.
+``interrupted`` (``killed``, so it does not count towards ``--trials``) and becomes FAIL; then every
+interrupted trial without a retry (also one a worker stopped itself: Ctrl-C, a full disk) gets a clone
+queued (``RetryHeartbeatStaleTrialCallback``), which the next worker runs. A configuration whose workers
+were killed ``MAX_RETRY`` times is not retried again (it may be what kills them); Ctrl-C and
+environment failures are never its fault and do not count.
 A hung benchmark keeps its worker beating, so runners bound every launch with their own time-out.
 """
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import os
 import socket
@@ -26,9 +30,10 @@ from typing import Callable, Iterator
 
 import optuna
 from optuna.storages import JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
-from optuna.storages.journal import JournalFileBackend
+from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.trial import FrozenTrial, TrialState
 
+from ..errors import InputError
 from ..safety import file_stem
 from .internals import stale_trial_ids, storage, trial_id
 
@@ -62,8 +67,10 @@ class RetryStale(RetryHeartbeatStaleTrialCallback):
 
     def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
         history = [*trial.system_attrs.get("retry_history", []), trial.number]
-        if len(history) > MAX_RETRY:
-            log.warning("trial %d failed %d times; not retried again", trial.number, len(history))
+        trials = study.get_trials(deepcopy=False)
+        killed = [n for n in history if trials[n].user_attrs.get("interrupted") in (True, "killed")]
+        if len(killed) > MAX_RETRY:
+            log.info("trial %d: its workers were killed %d times; not retried again", trial.number, len(killed))
             return
         system_attrs = {**trial.system_attrs, "failed_trial": trial.system_attrs.get("failed_trial", trial.number),
                         "retry_history": history}
@@ -82,7 +89,44 @@ def open_storage(spec: str, interval: float = INTERVAL):
                               grace_period=grace(interval),
                               heartbeat_stale_trial_callback=RetryStale(max_retry=MAX_RETRY))
     Path(spec).parent.mkdir(parents=True, exist_ok=True)
-    return JournalStorage(JournalFileBackend(spec))
+    check_journal(Path(spec))
+    try:
+        return JournalStorage(JournalFileBackend(spec))
+    except Exception as err:           # operations that do not replay (lines lost from the middle)
+        raise InputError(spec, "document", f"an Optuna journal whose operations replay ({type(err).__name__}: "
+                         f"{str(err)[:200]}): it is damaged; restore it from a backup, or start afresh with a "
+                         f"new --storage or --out") from None
+
+
+def check_journal(path: Path) -> None:
+    """A journal file Optuna can read, or one InputError naming the damaged line.
+
+    A last line without its newline is a write cut short (a full disk, a killed process): Optuna skips it,
+    but its next append would glue a new line to it and make the journal unreadable from there, so it is
+    cut off (under Optuna's journal lock, with a warning). A line that is not JSON before the end means
+    the file itself was damaged; it is refused, never read past."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    lock = JournalFileSymlinkLock(str(path))
+    lock.acquire()
+    try:
+        data = path.read_bytes()
+        lines = data.split(b"\n")
+        tail = lines.pop()
+        for number, line in enumerate(lines, 1):
+            try:
+                json.loads(line)
+            except ValueError:
+                raise InputError(str(path), f"line {number}", "an Optuna journal operation (JSON): the journal is "
+                                 "damaged; restore it from a backup, or start afresh with a new --storage or --out") \
+                    from None
+        if tail:
+            log.warning("%s: its last operation was cut short (%d bytes, a full disk or a killed process): removed",
+                        path, len(tail))
+            with open(path, "r+b") as fh:
+                fh.truncate(len(data) - len(tail))
+    finally:
+        lock.release()
 
 
 def beat_dir(spec: str) -> Path | None:
@@ -179,9 +223,9 @@ def stale_trials(study: optuna.Study, spec: str, interval: float = INTERVAL) -> 
 
 def reap(study: optuna.Study, spec: str, on_failed: Callable[[FrozenTrial, str], None] | None = None,
          complete: Callable[[FrozenTrial], None] | None = None, interval: float = INTERVAL) -> list[int]:
-    """Fail the stale trials of dead workers, queue their retries; returns the failed trial numbers.
-
-    ``complete(trial)`` may first fill parameters the dead worker had not sampled yet."""
+    """Fail the stale trials of dead workers, then queue a retry of every interrupted trial that has none;
+    returns the failed trial numbers. ``complete(trial)`` may first fill parameters the dead worker had
+    not sampled yet."""
     failed = []
     callback = RetryStale(max_retry=MAX_RETRY)
     backend = storage(study)
@@ -191,15 +235,18 @@ def reap(study: optuna.Study, spec: str, on_failed: Callable[[FrozenTrial, str],
             if complete is not None:
                 complete(t)
             backend.set_trial_user_attr(trial_id(t), "failure_reason", reason)
-            backend.set_trial_user_attr(trial_id(t), "interrupted", True)
+            backend.set_trial_user_attr(trial_id(t), "interrupted", "killed")
             if not backend.set_trial_state_values(trial_id(t), TrialState.FAIL):
                 continue
         except optuna.exceptions.UpdateFinishedTrialError:    # it finished (or another reaper won) meanwhile
             continue
-        frozen = backend.get_trial(trial_id(t))
-        callback(study, frozen)
         log.warning("trial %d: %s", t.number, reason)
         failed.append(t.number)
         if on_failed is not None:
-            on_failed(frozen, reason)
+            on_failed(backend.get_trial(trial_id(t)), reason)
+    trials = study.get_trials(deepcopy=False)
+    retried = {n for t in trials for n in t.system_attrs.get("retry_history", ())}
+    for t in trials:
+        if t.state == TrialState.FAIL and t.user_attrs.get("interrupted") and t.number not in retried:
+            callback(study, t)
     return failed

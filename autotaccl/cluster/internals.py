@@ -11,6 +11,9 @@ tests/cluster before the pin moves.
   must record a reason before a trial is finished, and finished trials take no user attributes.
 * Whether the sampler stopped the study (BruteForce, once the space is exhausted): ``Study.stop`` sets a
   flag that only ``optimize`` reads.
+* Restarting a sampler's random stream at a given seed (a trial's own, so a restarted sweep samples what
+  an uninterrupted one would): ``reseed_rng`` draws a random seed; the samplers keep theirs in ``_rng``
+  (TPE also in its start-up ``_random_sampler``).
 """
 from __future__ import annotations
 
@@ -36,6 +39,15 @@ def stale_trial_ids(study: optuna.Study) -> set[int]:
     if not is_heartbeat_enabled(backend):
         return set()
     return set(backend._get_stale_trial_ids(study._study_id))
+
+
+def reseed(sampler: optuna.samplers.BaseSampler, seed: int) -> None:
+    """Restart ``sampler``'s random numbers at ``seed``."""
+    from optuna.samplers._lazy_random_state import LazyRandomState
+
+    for part in (sampler, getattr(sampler, "_random_sampler", None)):
+        if part is not None and hasattr(part, "_rng"):
+            part._rng = LazyRandomState(seed)
 
 
 def stopped(study: optuna.Study) -> bool:

@@ -1,28 +1,40 @@
 """The worker loop: exactly ``config.trials`` counted trials across every worker of a study, none run twice.
 
-Each trial is admitted under the study's lock (``locks``): reap dead workers' trials, count the finished
-and running ones, and only if that is below the target, ask for a trial (Optuna pops a queued seed or
-retry first) and sample its parameters; the lock is released once the parameters are stored, so
-synthesis and measurement run in parallel while admissions, queue pops and samplers' views stay
-serial. This is exact on every backend (also SQLite, whose queue pop races without it, ecosystem.md
-§1.3). A worker with nothing to admit waits while other workers' trials run, in case one dies and its
-retry needs a worker; it exits when the study has its trials.
+Each trial is admitted under the study's lock (``locks``): reap dead workers' trials and queue the
+retries of interrupted ones, count the finished and running ones, and only if that is below the target,
+ask for a trial (Optuna pops a queued seed or retry first) and sample its parameters; the lock is
+released once the parameters are stored, so synthesis and measurement run in parallel while admissions,
+queue pops and samplers' views stay serial. This is exact on every backend (also SQLite, whose queue pop
+races without it, ecosystem.md §1.3). A worker with nothing to admit waits while other workers' trials
+run, in case one dies and its retry needs a worker; it exits when the study has its trials.
+
+Interruptions never cost a configuration. Ctrl-C waits until a trial's parameters are all stored (a
+few milliseconds), so an interrupted trial always has them; a trial stopped by Ctrl-C or by an
+environment failure (``errors.environment_problem``: a full disk, an I/O error) is marked
+``interrupted`` (not counted), gets a FAILED MLflow run naming why, and a retry with its parameters is
+queued at the next admission, here or in the next sweep. With a seed, a trial's sampler draws from a
+stream of its own (the seed and the number of uninterrupted trials before it), so a restarted sweep
+samples what an uninterrupted one would.
 """
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import time
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
+import numpy as np
 import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from .. import tracking
-from ..errors import InputError
+from ..errors import EnvironmentFailure, InputError, environment_problem
 from ..tracking import outbox
 from . import heartbeat, locks
-from .internals import stopped, storage, trial_id
+from .internals import reseed, stopped, storage, trial_id
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +46,8 @@ def run_trials(config, study: optuna.Study, objective, counted: Callable[[Frozen
     time-out); ``sample(trial)`` suggests a trial's parameters (called under the admission lock);
     ``failed_catch`` are the objective's own failure exceptions; ``after_trial()`` is called once each
     trial of this worker has finished (progress); a running trial heartbeats every ``config.heartbeat``
-    seconds. Returns trials run here."""
+    seconds. Returns trials run here. Ctrl-C and environment failures stop it (KeyboardInterrupt,
+    EnvironmentFailure) once the trial they cut short is marked ``interrupted``."""
 
     gate = locks.Lock(config.storage, config.out_dir, f"admit:{config.study_name}")
     client = objective.client if hasattr(objective, "client") else tracking.MlflowClient(config.tracking_uri)
@@ -47,26 +60,49 @@ def run_trials(config, study: optuna.Study, objective, counted: Callable[[Frozen
 
     def flush() -> None:
         while reaped:
-            record_failure(client, config, *reaped.pop())
+            trial, why = reaped.pop()
+            record_trial(client, config, trial, "FAIL", why)
+
+    def seeded(number: int) -> None:
+        """The sampler draws trial ``number``'s own stream (with a sweep seed)."""
+        if config.seed is not None:
+            reseed(study.sampler, sample_seed(config.seed, sample_index(study, number)))
+
+    def complete(trial: FrozenTrial) -> None:
+        """A dead worker's half-sampled trial gets the values its worker would have drawn."""
+        seeded(trial.number)
+        sample(_Completer(study, trial))
 
     def admitted(trial: optuna.Trial) -> float:
         trial.set_user_attr("worker", heartbeat.worker_id())
         try:
-            sample(trial)            # under the lock: concurrent samplers see each other
-        finally:
-            gate.release()
-        with heartbeat.beating(config.storage, study.study_name, trial.number, beat):
             try:
+                seeded(trial.number)
+                with _deferred_interrupt():
+                    sample(trial)            # under the lock: concurrent samplers see each other
+            finally:
+                gate.release()
+            with heartbeat.beating(config.storage, study.study_name, trial.number, beat):
                 return objective(trial)
-            except (optuna.TrialPruned, InputError, KeyboardInterrupt, optuna.exceptions.UpdateFinishedTrialError,
-                    *failed_catch):
-                raise
-            except Exception as err:       # anything else fails this trial only, with its reason
-                reason = f"unexpected error: {type(err).__name__}: {err}"
-                log.exception("trial %d: %s", trial.number, reason)
-                trial.set_user_attr("failure_reason", reason[:2000])
-                record_failure(client, config, trial, reason)
-                raise _Failed(reason) from err
+        except (optuna.TrialPruned, optuna.exceptions.UpdateFinishedTrialError, *failed_catch):
+            raise
+        except InputError as err:          # bad runner options: the sweep stops, the configuration is not to blame
+            _stop(client, config, trial, f"stopped by bad input ({err})")
+            raise
+        except KeyboardInterrupt:
+            _stop(client, config, trial, "interrupted (SIGINT, Ctrl-C)")
+            raise
+        except Exception as err:
+            problem = environment_problem(err)
+            if problem:
+                _stop(client, config, trial, f"environment failure: {problem}")
+                raise EnvironmentFailure(f"{problem} (trial {trial.number} is not counted; it runs again when the "
+                                         f"sweep is started again)") from err
+            reason = f"unexpected error: {type(err).__name__}: {err}"       # fails this trial only, with its reason
+            log.exception("trial %d: %s", trial.number, reason)
+            trial.set_user_attr("failure_reason", reason[:2000])
+            record_trial(client, config, trial, "FAIL", reason)
+            raise _Failed(reason) from err
 
     while n_trials is None or ran < n_trials:
         flush()
@@ -74,8 +110,7 @@ def run_trials(config, study: optuna.Study, objective, counted: Callable[[Frozen
             break
         gate.acquire()
         try:
-            heartbeat.reap(study, config.storage, lambda t, why: reaped.append((t, why)),
-                           lambda t: sample(_Completer(study, t)), beat)
+            heartbeat.reap(study, config.storage, lambda t, why: reaped.append((t, why)), complete, beat)
             trials = study.get_trials(deepcopy=False)
             retried = {n for t in trials for n in t.system_attrs.get("retry_history", ())}
             done = sum(1 for t in trials if counted(t) and t.number not in retried)
@@ -101,40 +136,100 @@ def run_trials(config, study: optuna.Study, objective, counted: Callable[[Frozen
     return ran
 
 
+class _OwnFailures(logging.Filter):
+    """Drops Optuna's "Trial N failed ..." warnings (with the traceback of a Ctrl-C, or of the objective's
+    own failure): the loop records every failure with its reason (Optuna user attr, MLflow tag, log)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Trial ")
+
+
+_optimize_log = logging.getLogger("optuna.study._optimize")
+if not any(isinstance(f, _OwnFailures) for f in _optimize_log.filters):
+    _optimize_log.addFilter(_OwnFailures())
+
+
+def sample_index(study: optuna.Study, number: int) -> int:
+    """Trial ``number``'s place among the study's uninterrupted trials (what it is in a sweep never cut short)."""
+    return sum(1 for t in study.get_trials(deepcopy=False) if t.number < number and not t.user_attrs.get("interrupted"))
+
+
+def sample_seed(seed: int, index: int) -> int:
+    """The seed of the ``index``-th trial's sampling in a sweep seeded with ``seed``."""
+    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
+
+
+@contextmanager
+def _deferred_interrupt() -> Iterator[None]:
+    """Ctrl-C during the block is raised when the block is done (in the main thread; elsewhere no signal arrives)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda sig, frame: caught.append(sig))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
+    if caught:
+        raise KeyboardInterrupt
+
+
+def _stop(client, config, trial: optuna.Trial, why: str) -> None:
+    """Mark a trial this worker stopped short as interrupted (not counted; retried) and say so in MLflow."""
+    reason = f"{why}; the trial runs again when the sweep is started again"
+    trial.set_user_attr("interrupted", "stopped")
+    trial.set_user_attr("failure_reason", reason)
+    try:
+        record_trial(client, config, trial, "FAIL", reason, patient=False)
+    except Exception as err:      # the disk or server that stopped it: the next start logs the run
+        log.warning("trial %d: MLflow run not logged (%s); the next `autotaccl tune` logs it", trial.number,
+                    str(err).splitlines()[0][:200])
+
+
 class _Completer:
-    """Stands in for a dead worker's trial in ``space.sample``: keeps the parameters it sampled and stores the
-    first choice / low bound for the rest, so samplers that enumerate the space (BruteForce) never meet a
-    half-sampled trial (a worker killed between two ``suggest`` calls)."""
+    """Stands in for a dead worker's trial in ``space.sample``: keeps the parameters it sampled and draws the
+    rest from the sampler (a queued trial's from its fixed parameters), so samplers that enumerate the space
+    (BruteForce) never meet a half-sampled trial (a worker killed between two ``suggest`` calls)."""
 
     def __init__(self, study: optuna.Study, trial: FrozenTrial) -> None:
         self.study, self.trial = study, trial
 
-    def _value(self, name: str, distribution, default):
+    def _value(self, name: str, distribution):
+        fixed = self.trial.system_attrs.get("fixed_params", {})
+        # drawn even for a stored parameter: the sampler's stream then reaches the missing ones where the
+        # dead worker's would have
+        value = fixed[name] if name in fixed else self.study.sampler.sample_independent(
+            self.study, self.trial, name, distribution)
         if name in self.trial.params:
             return self.trial.params[name]
-        storage(self.study).set_trial_param(trial_id(self.trial), name, distribution.to_internal_repr(default),
-                                            distribution)
-        return default
+        backend = storage(self.study)
+        backend.set_trial_param(trial_id(self.trial), name, distribution.to_internal_repr(value), distribution)
+        self.trial = backend.get_trial(trial_id(self.trial))
+        return value
 
     def suggest_categorical(self, name, choices):
-        return self._value(name, CategoricalDistribution(choices), choices[0])
+        return self._value(name, CategoricalDistribution(choices))
 
     def suggest_int(self, name, low, high, step=1, log=False):
-        return self._value(name, IntDistribution(low, high, log=log, step=step), low)
+        return self._value(name, IntDistribution(low, high, log=log, step=step))
 
     def suggest_float(self, name, low, high, step=None, log=False):
-        return self._value(name, FloatDistribution(low, high, log=log, step=step), low)
+        return self._value(name, FloatDistribution(low, high, log=log, step=step))
 
 
 class _Failed(RuntimeError):
     """An unexpected error in the objective, already recorded; fails the trial, not the worker."""
 
 
-def record_failure(client, config, trial: FrozenTrial | optuna.Trial, reason: str) -> None:
-    """The MLflow run of a trial that failed outside the objective's own accounting."""
-    outbox.log_run(client, config.out_dir, config.experiment_id, f"trial-{trial.number}",
-                   parent_run_id=config.parent_run_id, params={k: v for k, v in trial.params.items()},
-                   tags={tracking.KIND: "trial", "state": "FAIL", "optuna.trial": trial.number,
-                         "optuna.study": config.study_name, "collective": config.collective,
-                         "failure_reason": reason[:5000], "verified": "false"},
-                   state="FAIL")
+def record_trial(client, config, trial: FrozenTrial | optuna.Trial, state: str, reason: str,
+                 patient: bool = True) -> None:
+    """The MLflow run of a trial that ended outside the objective's own accounting (``state`` FAIL or
+    PRUNED, with its reason): it replaces any run the trial has (``outbox.record_key``)."""
+    tags = {tracking.KIND: "trial", "state": state, "optuna.trial": trial.number, "optuna.study": config.study_name,
+            "collective": config.collective, "verified": "false",
+            "failure_reason" if state == "FAIL" else "prune_reason": reason[:5000]}
+    if trial.user_attrs.get("interrupted"):
+        tags["interrupted"] = "true"
+    outbox.log_run(client, config.out_dir, config.experiment_id, f"trial-{trial.number}", patient=patient,
+                   parent_run_id=config.parent_run_id, params=dict(trial.params), tags=tags, state=state)

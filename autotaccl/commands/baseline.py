@@ -1,11 +1,9 @@
 """``autotaccl baseline``: write a classic algorithm (ring, tree, hierarchical, direct, two-step) as IR JSON."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from ..baselines import ALGORITHMS, baseline
-from ..errors import InputError
 from ..model.algorithm import save_algorithm, verify
+from ..safety import output_file
 from .common import print_json, add_hardware_args, collective_arg, topology_from_args
 
 
@@ -21,13 +19,11 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    out = output_file(args.output)      # before any work
     collective = collective_arg(args.collective)
     graph = topology_from_args(args)
     algorithm = baseline(graph, collective, args.algorithm, channels=args.channels)
     verify(algorithm, graph)  # a baseline that fails here is our bug, not the user's: let it raise
-    out = Path(args.output)
-    if not out.parent.is_dir():
-        raise InputError("-o", str(out), "a file in an existing directory")
     save_algorithm(algorithm, out)
     summary = {"output": str(out), "name": algorithm.name, "collective": collective, "ranks": algorithm.ranks,
                "topology": algorithm.topology, "transfers": len(algorithm.transfers), "steps": algorithm.num_steps,

@@ -11,10 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 from itertools import combinations
-from pathlib import Path
 
 from ..errors import InputError
-from ..safety import safe_name
+from ..safety import output_file, safe_name
 from ..sizes import format_size, parse_size_range
 
 BENT = 0.25      # warn when a size between the sweep's ends is further than this from the fitted line
@@ -56,9 +55,7 @@ def run(args: argparse.Namespace) -> int:
     sizes = parse_size_range(args.sizes, "--sizes")
     if len(sizes) < 2:
         raise InputError("--sizes", args.sizes, "at least two sizes (alpha and bandwidth need two points)")
-    out = Path(args.output)
-    if not out.parent.is_dir():
-        raise InputError("-o", str(out), "a file in an existing directory")
+    out = output_file(args.output)        # checked before measuring, which takes minutes
     name = args.name or out.stem      # the profile's name: it becomes experiment and study (file) names
     safe_name(name, "--name" if args.name else "-o", repr(name))
     task = {"kind": "pingpong", "sizes": sizes, "iters": args.iters, "warmup": args.warmup,

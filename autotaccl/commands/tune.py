@@ -31,6 +31,11 @@ def register(subparsers) -> None:
     p.add_argument("--resume", action="store_true",
                    help="join or continue an existing study (error if there is none) and replay MLflow runs "
                         "recorded while the tracking server was unreachable")
+    p.add_argument("--extend", action="store_true",
+                   help="the space grew since the study was made (added choices, wider ranges, added sizes): "
+                        "rebuild the study for it, keeping its trials")
+    p.add_argument("--adopt", action="store_true",
+                   help="log into an MLflow experiment of the same name that another tool created")
     p.add_argument("--heartbeat", type=float, default=60.0,
                    help="seconds between a running trial's heartbeats; a trial silent for 3 of them is failed "
                         "and retried by another worker (default 60)")
@@ -72,8 +77,8 @@ def run(args) -> int:
     request = TuneRequest(space=args.space, trials=args.trials, timeout=args.timeout, runner=runner.name,
                           runner_options=options, storage=args.storage, study=args.study,
                           tracking_uri=args.tracking_uri, workers=args.workers, sampler=args.sampler, seed=args.seed,
-                          out=args.out, resume=args.resume, margin=args.margin, synth_time_limit=args.synth_time_limit,
-                          heartbeat=args.heartbeat)
+                          out=args.out, resume=args.resume, extend=args.extend, adopt=args.adopt, margin=args.margin,
+                          synth_time_limit=args.synth_time_limit, heartbeat=args.heartbeat)
     from ..model.collectives import canonical_name
 
     collectives = [canonical_name(c) for c in args.collective] if args.collective else None

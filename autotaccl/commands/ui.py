@@ -1,15 +1,17 @@
 """``autotaccl ui``: the MLflow UI on 127.0.0.1 over a sweep's store, with links to each runs table."""
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, ParameterError
 from ..safety import tracking_uri
 
 
@@ -42,6 +44,20 @@ def wait_ready(base: str, proc: subprocess.Popen, timeout: float) -> bool:
     return False
 
 
+def port_free(port: int) -> None:
+    """Refuse a port something already listens on: the UI would otherwise find that server's /health,
+    print its URL and exit 0 once its own server failed to bind."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)     # as the server binds: TIME_WAIT is free
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as err:
+            if err.errno != errno.EADDRINUSE:
+                raise
+            raise ParameterError("--port", str(port), f"a free TCP port (127.0.0.1:{port} is in use: pass another "
+                                                      f"--port)") from None
+
+
 def run(args) -> int:
     from .. import tracking
 
@@ -54,6 +70,7 @@ def run(args) -> int:
         if not db.is_file():
             raise InputError("--out", args.out, "a run directory of `autotaccl tune` (it has no mlflow.db)")
         uri = tracking.default_tracking_uri(Path(args.out))
+    port_free(args.port)
     client = tracking.MlflowClient(tracking_uri=uri)
     experiments = [e for e in client.search_experiments(max_results=10_000) if "autotaccl.target" in e.tags]
     cmd, env = server_command(uri, args.port)

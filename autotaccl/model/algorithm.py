@@ -113,7 +113,7 @@ def from_json(data: Any, source: str = "<algorithm>") -> Algorithm:
         raise fail("document", "a JSON object")
     if data.get("format") != FORMAT:
         raise fail("format", f'"{FORMAT}"')
-    if data.get("version") != VERSION:
+    if type(data.get("version")) is not int or data["version"] != VERSION:     # true == 1 in Python
         raise fail("version", f"{VERSION} (this autotaccl reads version {VERSION})")
     coll = data.get("collective")
     if not isinstance(coll, dict):

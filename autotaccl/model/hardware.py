@@ -134,11 +134,16 @@ class _Reader:
             raise self.fail(where, "a mapping")
         return value
 
-    def number(self, value: Any, where: str, allow_zero: bool = False) -> float:
+    def number(self, value: Any, where: str, allow_zero: bool = False,
+               span: tuple[float, float] | None = None) -> float:
+        """A finite number > 0 (>= 0 with ``allow_zero``), within ``span`` if given (a physical range:
+        times and bandwidths beyond it overflow or divide by zero in the models)."""
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise self.fail(where, "a finite number")
         if value < 0 or (value == 0 and not allow_zero):
             raise self.fail(where, "a number >= 0" if allow_zero else "a positive number")
+        if span is not None and not (span[0] <= value <= span[1] or (allow_zero and value == 0)):
+            raise self.fail(where, f"a number from {span[0]:g} to {span[1]:g}")
         return float(value)
 
     def integer(self, value: Any, where: str, low: int = 1, high: int | None = None) -> int:
@@ -152,6 +157,10 @@ class _Reader:
         return self.integer(value, where, 0, gpus - 1)
 
 
+# what a link can physically be: up to a second of latency, 1 KB/s to 1 PB/s (beyond, times overflow or
+# divide by zero in the cost model, the bounds and the synthesized schedules)
+ALPHA_US = (0.0, 1e6)
+BANDWIDTH_GBPS = (1e-6, 1e6)
 _PROFILE_KEYS = {"name", "description", "gpus_per_node", "gpu", "link_classes", "links", "switches", "nics",
                  "network", "protocols", "nccl"}
 
@@ -187,8 +196,10 @@ def profile_from_dict(data: Any, source: str) -> HardwareProfile:
         efficiency = r.number(spec.get("efficiency", 1.0), f"{where}.efficiency")
         if efficiency > 1:
             raise r.fail(f"{where}.efficiency", "a share of the line rate in (0, 1]")
-        classes[str(cname)] = LinkClass(str(cname), r.number(spec["alpha_us"], f"{where}.alpha_us", allow_zero=True),
-                                        r.number(spec["bandwidth_GBps"], f"{where}.bandwidth_GBps"), efficiency)
+        classes[str(cname)] = LinkClass(str(cname), r.number(spec["alpha_us"], f"{where}.alpha_us", allow_zero=True,
+                                                             span=ALPHA_US),
+                                        r.number(spec["bandwidth_GBps"], f"{where}.bandwidth_GBps", span=BANDWIDTH_GBPS),
+                                        efficiency)
     if not classes:
         raise r.fail("link_classes", "at least one link class")
 

@@ -4,8 +4,13 @@
 the run is appended to ``OUT/mlflow-pending/<host>-<pid>.jsonl`` (one JSON object per run, artifacts
 inline) and a warning says so; the sweep goes on. ``replay`` (called by ``autotaccl tune`` at start and
 end, by each worker when it exits, and by ``autotaccl export --replay OUT``) logs pending runs and removes
-them from the file. Every attempt tags its run with a record id, so a run half-written when the server
-went away is deleted before the record is logged again: a record becomes exactly one run.
+them from the file. Every attempt tags its run with a record key, and runs already holding that key (a
+run half-written when the server went away, or the run of an earlier attempt) are deleted before it is
+logged again: a record becomes exactly one run. A sweep's child run is keyed by its parent and its name,
+so logging it again (a trial's run after a kill, a baseline after an interrupted setup) replaces it.
+
+An append is whole or nothing: a write cut short (a full disk) is cut back off the file before the error
+is raised. A damaged line (a machine that died mid-write) is skipped with a warning when replaying.
 """
 from __future__ import annotations
 
@@ -59,17 +64,26 @@ def pending_dir(out_dir: str | Path) -> Path:
     return Path(out_dir) / PENDING
 
 
-def log_run(client, out_dir: str | Path, experiment_id: str, run_name: str, **kwargs: Any) -> str | None:
-    """``tracking.log_run`` with retries; None if the run was recorded locally instead."""
+def record_key(parent_run_id: str, run_name: str) -> str:
+    """A sweep's child run is the one of its name under its parent run (``trial-7``, ``baseline-ring``)."""
+    return f"{parent_run_id}/{run_name}"
+
+
+def log_run(client, out_dir: str | Path, experiment_id: str, run_name: str, patient: bool = True,
+            **kwargs: Any) -> str | None:
+    """``tracking.log_run`` with retries (one attempt unless ``patient``); None if the run was recorded
+    locally instead. A child run (``parent_run_id``) replaces the earlier runs of its name under that
+    parent (``record_key``)."""
     global _down_until
-    record = uuid.uuid4().hex
+    replaces = bool(kwargs.get("parent_run_id"))
+    record = record_key(kwargs["parent_run_id"], run_name) if replaces else uuid.uuid4().hex
     kwargs["tags"] = {**kwargs.get("tags", {}), RECORD: record}
-    delays = DELAYS if time.monotonic() >= _down_until else ()
+    delays = DELAYS if patient and time.monotonic() >= _down_until else ()
     error: Exception | None = None
     for attempt in range(len(delays) + 1):
         try:
-            if attempt:
-                _delete_partial(client, experiment_id, record)
+            if attempt or replaces:
+                drop_runs(client, experiment_id, record)
             run_id = tracking.log_run(client, experiment_id, run_name, **kwargs)
             _down_until = 0.0
             return run_id
@@ -108,31 +122,67 @@ def _decode(record: dict) -> dict:
 
 
 def _append(out_dir: str | Path, record: dict) -> Path:
+    """Append one record as one line, whole or not at all (a short write is cut back off the file)."""
     folder = pending_dir(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{socket.gethostname()}-{os.getpid()}.jsonl"
-    with open(path, "a") as fh:
-        fcntl.lockf(fh, fcntl.LOCK_EX)
-        fh.write(json.dumps(record) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    data = (json.dumps(record) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX)
+        end = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            written = 0
+            while written < len(data):
+                written += os.write(fd, data[written:])
+            os.fsync(fd)
+        except OSError:
+            os.ftruncate(fd, end)         # freeing space needs none: the file is as it was
+            raise
+    finally:
+        os.close(fd)
     return path
 
 
-def _delete_partial(client, experiment_id: str, record: str) -> None:
-    for run in client.search_runs([experiment_id], filter_string=f"tags.`{RECORD}` = '{record}'", max_results=10):
+def drop_runs(client, experiment_id: str, record: str) -> None:
+    """Delete the runs holding record key ``record`` (an earlier attempt at the same run)."""
+    for run in client.search_runs([experiment_id], filter_string=f"tags.`{RECORD}` = '{record}'", max_results=100):
         client.delete_run(run.info.run_id)
+
+
+def _records(path: Path, text: str) -> list[tuple[str, dict | None]]:
+    """(line, record) per non-empty line; record None for a damaged line (a write cut short), with a warning."""
+    out: list[tuple[str, dict | None]] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append((line, json.loads(line)))
+        except json.JSONDecodeError:
+            log.warning("%s: line %d is not a whole record (a write cut short); skipped", path, number)
+            out.append((line, None))
+    return out
 
 
 def pending(out_dir: str | Path) -> int:
     """How many runs wait to be replayed."""
     folder = pending_dir(out_dir)
-    return sum(sum(1 for line in p.read_text().splitlines() if line.strip()) for p in folder.glob("*.jsonl")) \
-        if folder.is_dir() else 0
+    if not folder.is_dir():
+        return 0
+    return sum(1 for p in folder.glob("*.jsonl") for _, record in _records(p, p.read_text()) if record is not None)
+
+
+def pending_records(out_dir: str | Path) -> list[dict]:
+    """The records waiting to be replayed (their tags say which run each one is)."""
+    folder = pending_dir(out_dir)
+    if not folder.is_dir():
+        return []
+    return [record for p in sorted(folder.glob("*.jsonl")) for _, record in _records(p, p.read_text()) if record]
 
 
 def replay(out_dir: str | Path, client) -> tuple[int, int]:
-    """Log the pending runs; returns (logged, still pending). Records that fail again stay in their file."""
+    """Log the pending runs; returns (logged, still pending). Records that fail again stay in their file;
+    damaged lines are dropped (they cannot become a run)."""
     folder = pending_dir(out_dir)
     if not folder.is_dir():
         return 0, 0
@@ -141,23 +191,24 @@ def replay(out_dir: str | Path, client) -> tuple[int, int]:
         with open(path, "r+") as fh:
             fcntl.lockf(fh, fcntl.LOCK_EX)
             keep = []
-            for line in fh.read().splitlines():
-                if not line.strip():
+            for line, record in _records(path, fh.read()):
+                if record is None:
                     continue
-                record = json.loads(line)
                 try:
-                    _delete_partial(client, record["experiment_id"], record["record"])
+                    drop_runs(client, record["experiment_id"], record["record"])
                     tracking.log_run(client, record["experiment_id"], record["run_name"], **_decode(record))
                     logged += 1
                 except Exception as err:
                     log.warning("replaying %s from %s failed: %s", record["run_name"], path, _short(err))
                     keep.append(line)
+            # rewritten in place, never longer than it was (so no space is needed): an emptied file stays,
+            # its writer may be waiting for the lock to append
             fh.seek(0)
-            fh.truncate()
             fh.write("".join(k + "\n" for k in keep))
+            fh.truncate()
             fh.flush()
             os.fsync(fh.fileno())
-        left += len(keep)     # an emptied file stays: its writer may be waiting for the lock to append
+        left += len(keep)
     if logged:
         log.warning("replayed %d MLflow run(s) recorded while the server was unreachable", logged)
     return logged, left

@@ -18,6 +18,7 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
+from .. import faults
 from ..errors import ParameterError
 
 log = logging.getLogger(__name__)
@@ -26,9 +27,36 @@ KIND = "autotaccl.kind"          # sweep | trial | baseline | nccl (stock NCCL p
 STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
 PER_SIZE = ("time_us", "algbw_GBps", "busbw_GBps", "relative", "bound_pct")
 
+# MLflow's SQL store logs every database error with its traceback ("SQLAlchemy database error ...") and then
+# raises it; the caller reports the error raised (a full disk: one line), so the log is only noise
+logging.getLogger("mlflow.store.db.utils").addFilter(lambda record: not str(record.msg).startswith("SQLAlchemy database error"))
+
+
+def sqlite_uri(path: str | Path) -> str:
+    """The SQLAlchemy URL of the SQLite file ``path``, whatever characters it holds.
+
+    ``?`` would start a query, ``#`` a fragment and ``%`` an escape, so those are percent-encoded
+    (SQLAlchemy decodes them back). MLflow also reads a ``sqlite:///`` URL as a plain path to create its
+    directory (a stray ``run%3Fx=1/`` beside ``run?x=1/``), so an encoded URL names the driver
+    (``sqlite+pysqlite:///``), which that step skips; a plain path keeps the familiar form."""
+    text = str(Path(path).resolve())
+    encoded = text.replace("%", "%25").replace("?", "%3F").replace("#", "%23")
+    return ("sqlite:///" if encoded == text else "sqlite+pysqlite:///") + encoded
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The file an SQLite URI (``sqlite:///``, ``sqlite+pysqlite:///``) names, decoded as SQLAlchemy
+    decodes it; None for other URIs."""
+    if not uri.startswith("sqlite"):
+        return None
+    from sqlalchemy.engine import make_url
+
+    database = make_url(uri).database
+    return Path(database) if database not in (None, "", ":memory:") else None
+
 
 def default_tracking_uri(out_dir: Path) -> str:
-    return f"sqlite:///{Path(out_dir).resolve() / 'mlflow.db'}"
+    return sqlite_uri(Path(out_dir) / "mlflow.db")
 
 
 def init_store(uri: str) -> MlflowClient:
@@ -40,13 +68,44 @@ def init_store(uri: str) -> MlflowClient:
 
 def existing_store(uri: str) -> str:
     """``uri`` if it names an existing store: MLflow would silently create a new SQLite file otherwise."""
-    if uri.startswith("sqlite:///"):
-        path = Path(uri[len("sqlite:///"):])
-        if not path.is_file():
+    if uri.startswith("sqlite"):
+        path = sqlite_path(uri)
+        if path is None or not path.is_file():
             raise ParameterError("tracking_uri", uri, "an existing MLflow store, e.g. sqlite:///autotaccl-runs/mlflow.db")
     elif "://" not in uri:
         raise ParameterError("tracking_uri", uri,
                              "a tracking URI such as sqlite:///autotaccl-runs/mlflow.db or http://host:5000")
+    return uri
+
+
+def usable_store(uri: str, flag: str = "tracking_uri") -> str:
+    """``uri`` if runs can be logged into it, checked before anything is created: an http(s) server must
+    answer (else MLflow retries for minutes, then fails with a traceback), an SQLite file (or the directory
+    of a new one) must take writes."""
+    import os
+    import urllib.error
+    import urllib.request
+
+    if uri.startswith(("http://", "https://")):
+        try:
+            with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=10):
+                return uri
+        except urllib.error.HTTPError:       # it answers (a proxy in front, or a server without /health)
+            return uri
+        except (OSError, ValueError) as err:
+            reason = getattr(err, "reason", err)
+            raise ParameterError(flag, uri, f"a tracking server that answers (none did: {reason})") from None
+    path = sqlite_path(uri)
+    if path is None:
+        return uri
+    try:
+        if path.exists():
+            os.close(os.open(path, os.O_RDWR))
+        with tempfile.TemporaryFile(dir=path.parent):     # SQLite writes its journal beside the file
+            pass
+    except OSError as err:
+        raise ParameterError(flag, uri, f"an SQLite store that can be written ({err.strerror}: "
+                                        f"{err.filename or path})") from None
     return uri
 
 
@@ -75,9 +134,26 @@ def logged_sizes(frame) -> list[int]:
 
 
 def ensure_experiment(client: MlflowClient, name: str, artifact_root: Path | None,
-                      tags: Mapping[str, str]) -> str:
+                      tags: Mapping[str, str], adopt: bool = False) -> str:
+    """The id of experiment ``name``, created with ``tags`` if the store has none of that name.
+
+    An experiment of that name that autotaccl did not create (no ``autotaccl.target`` tag) is refused
+    unless ``adopt`` (then it gets the tags), and so is a deleted one: runs logged into either would be
+    invisible to ``export`` or lost."""
     existing = client.get_experiment_by_name(name)
+    if existing is not None and existing.lifecycle_stage != "active":
+        raise ParameterError("tracking_uri", client.tracking_uri,
+                             f"a store whose experiment {name!r} is not deleted (restore it with `mlflow experiments "
+                             f"restore --experiment-id {existing.experiment_id}`, or remove it for good with "
+                             f"`mlflow gc`)")
     if existing is not None:
+        if "autotaccl.target" not in existing.tags:
+            if not adopt:
+                raise ParameterError("tracking_uri", client.tracking_uri,
+                                     f"a store whose experiment {name!r} autotaccl created (this one was made by "
+                                     f"another tool; pass --adopt to log into it)")
+            for key, value in tags.items():
+                client.set_experiment_tag(existing.experiment_id, key, value)
         return existing.experiment_id
     location = (Path(artifact_root).resolve() / name).as_uri() if artifact_root else None
     return client.create_experiment(name, artifact_location=location, tags=dict(tags))
@@ -128,6 +204,7 @@ def log_run(client: MlflowClient, experiment_id: str, run_name: str, *, parent_r
         run_tags[MLFLOW_PARENT_RUN_ID] = parent_run_id
     run = client.create_run(experiment_id, run_name=run_name, tags=run_tags)
     run_id = run.info.run_id
+    faults.point(f"mlflow.{tags.get(KIND)}.created")
     ts = run.info.start_time
     points = [Metric(k, float(v), ts, 0) for k, v in metrics.items()]
     points += [Metric(k, float(v), ts, step) for k, curve in curves.items() for step, v in curve]
@@ -144,7 +221,19 @@ def log_run(client: MlflowClient, experiment_id: str, run_name: str, *, parent_r
                     path.write_text(content)
             client.log_artifacts(run_id, tmp)
     client.set_terminated(run_id, STATUS.get(state, "FINISHED"))
+    faults.point(f"mlflow.{tags.get(KIND)}.logged")
     return run_id
+
+
+def all_runs(client: MlflowClient, experiment_id: str, filter_string: str) -> list:
+    """Every active run of the experiment matching ``filter_string``, page after page."""
+    runs, token = [], None
+    while True:
+        page = client.search_runs([experiment_id], filter_string=filter_string, max_results=5000, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
 
 
 def start_sweep_run(client: MlflowClient, experiment_id: str, name: str, params: Mapping[str, Any],

@@ -23,15 +23,20 @@ def _key(params: Mapping[str, Any]) -> tuple:
     return tuple(sorted(params.items()))
 
 
+def _finished(study: optuna.Study) -> list:
+    """Finished trials that ran (an interrupted one did not: its retry runs it)."""
+    return [t for t in study.get_trials(deepcopy=False, states=_DONE) if not t.user_attrs.get("interrupted")]
+
+
 def is_repeat(study: optuna.Study, params: Mapping[str, Any], space: SearchSpace) -> bool:
     """Whether a finished trial already ran exactly these sampled parameters."""
     own = _key({k: v for k, v in params.items() if k not in space.fixed})
-    return any(_key(t.params) == own for t in study.get_trials(deepcopy=False, states=_DONE))
+    return any(_key(t.params) == own for t in _finished(study))
 
 
 def stuck(study: optuna.Study, window: int = 5, repeats: int = 3) -> bool:
     """At least ``repeats`` of the last ``window`` finished trials repeated an earlier configuration."""
-    done = study.get_trials(deepcopy=False, states=_DONE)
+    done = _finished(study)
     seen: set[tuple] = set()
     flags = []
     for t in done:

@@ -1,7 +1,8 @@
 """Export the per-size winners of tracked sweeps: a table plus one checked MSCCL XML per winning range.
 
 For each experiment (one target and collective) the candidates are its verified runs: completed trials
-and the baselines, measured by the same runner. At every size the fastest candidate wins; a trial wins
+and the baselines, measured by the same runner; a trial only if its Optuna trial is COMPLETE (joined by
+the sweep's study and the trial number: after a kill MLflow may disagree with Optuna). At every size the fastest candidate wins; a trial wins
 only if it is strictly faster than every baseline. Adjacent sizes with the same winner form one range,
 ``[minBytes, maxBytes]``. A synthesized winner is re-verified (replay) and lowered, and its XML must pass
 ``check_xml`` before it is written; if it does not, that run is dropped and the winners are recomputed.
@@ -19,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
+import optuna
 import pandas as pd
 
 from .. import tracking
@@ -78,7 +80,8 @@ def nccl_times(experiment_id: str) -> dict[int, float]:
 
 
 def candidates(client, experiment_id: str) -> pd.DataFrame:
-    """Verified, finished trials and baselines of an experiment, measured by the runner of its latest sweep."""
+    """Verified, finished trials and baselines of an experiment, measured by the runner of its latest sweep;
+    a trial only if its Optuna trial is COMPLETE."""
     import mlflow
 
     # only FINISHED runs: one cut off mid-write stays RUNNING and may lack metrics or artifacts
@@ -88,10 +91,40 @@ def candidates(client, experiment_id: str) -> pd.DataFrame:
     if frame.empty:
         return frame
     sweeps = mlflow.search_runs(experiment_ids=[experiment_id], filter_string="tags.`autotaccl.kind` = 'sweep'",
-                                order_by=["start_time DESC"], max_results=1)
+                                order_by=["start_time DESC"], max_results=10_000)
     if not sweeps.empty and "params.runner" in frame:
         frame = frame[frame["params.runner"] == sweeps["params.runner"].iloc[0]]
-    return frame
+    return frame[complete_in_optuna(frame, sweeps)]
+
+
+def complete_in_optuna(frame: pd.DataFrame, sweeps: pd.DataFrame) -> pd.Series:
+    """Which runs of ``frame`` may be exported: the baselines, and the trials whose Optuna trial (joined by
+    the sweep run's study and the trial number) is COMPLETE. After a kill, MLflow can hold a FINISHED,
+    verified run of a trial Optuna failed (killed after logging, before Optuna heard); it must not win."""
+    from optuna.trial import TrialState
+
+    from ..cluster.heartbeat import open_storage
+
+    complete: set[tuple[str, str]] = set()
+    for _, row in sweeps.iterrows():
+        storage, name = row.get("tags.optuna.storage"), row.get("tags.optuna.study")
+        if not isinstance(storage, str) or not isinstance(name, str):
+            continue
+        expected = ("the Optuna study of a sweep in this store (export keeps only the trials Optuna completed): "
+                    "it is not there")
+        if "://" not in storage and not Path(storage).is_file():
+            raise InputError(storage, f"study {name}", expected)
+        try:
+            trials = optuna.load_study(study_name=name, storage=open_storage(storage)).get_trials(
+                deepcopy=False, states=(TrialState.COMPLETE,))
+        except KeyError:
+            raise InputError(storage.split("@")[-1], f"study {name}", expected) from None
+        complete |= {(row.run_id, str(t.number)) for t in trials}
+    is_trial = frame["tags.autotaccl.kind"] == "trial"
+    parent = frame.get("tags.mlflow.parentRunId", pd.Series("", index=frame.index)).astype(str)
+    number = frame.get("tags.optuna.trial", pd.Series("", index=frame.index)).astype(str)
+    joined = pd.Series([(p, n) in complete for p, n in zip(parent, number)], index=frame.index)
+    return ~is_trial | joined
 
 
 def winners(frame: pd.DataFrame, sizes: Sequence[int], excluded: set[str]) -> list[dict]:
@@ -113,7 +146,8 @@ def winners(frame: pd.DataFrame, sizes: Sequence[int], excluded: set[str]) -> li
         if not valid.empty:
             # exact ties (configurations the runner cannot tell apart) go to the smallest parameter set, so
             # the export does not depend on the order trials ran in (several workers, retries)
-            key = ["|".join(map(str, row)) for row in valid.filter(like="params.").itertuples(index=False)]
+            params = sorted(c for c in valid.columns if c.startswith("params."))     # the same order in any store
+            key = ["|".join(map(str, row)) for row in valid[params].itertuples(index=False)]
             t = valid.assign(_key=key).sort_values([col, "_key"], kind="stable").iloc[0]
             if previous is not None and previous.run_id in set(valid.run_id):
                 kept = valid[valid.run_id == previous.run_id].iloc[0]

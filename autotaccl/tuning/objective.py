@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import socket
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -19,8 +17,9 @@ from optuna.trial import TrialState
 from runners import build_options, get_runner
 from runners.launch import JobError
 
-from .. import tracking
+from .. import faults, tracking
 from ..cluster.lease import measuring
+from ..cluster.loop import sample_index
 from ..documents import yaml_text
 from ..errors import InfeasibleError, InputError
 from ..formats.msccl import LoweringError
@@ -34,7 +33,7 @@ from .evaluate import (SizeResult, WrongResults, results_frame, runner_times, sc
 from .explore import enqueue_unseen, is_repeat, stuck
 from .lowered import lower_xml, lowering
 from .reference import Reference, load_reference
-from .space import load_space, params_to_sketch, sample, settings
+from .space import load_space, params_to_sketch, settings
 
 log = logging.getLogger(__name__)
 
@@ -99,20 +98,13 @@ class Objective:
 
     # ------------------------------------------------------------------ the objective
     def __call__(self, trial: optuna.Trial) -> float:
-        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
-        try:
-            return self._evaluate(trial)
-        except KeyboardInterrupt:
-            trial.set_user_attr("interrupted", True)
-            raise
-
-    def _evaluate(self, trial: optuna.Trial) -> float:
+        """Evaluate a trial the worker loop admitted and sampled (an interruption is the loop's to record)."""
         cfg = self.config
-        params = sample(trial, self.space)
+        params = {**self.space.fixed, **trial.params}
         if is_repeat(trial.study, params, self.space):
             trial.set_user_attr("repeat", True)
             if stuck(trial.study):
-                enqueue_unseen(trial.study, self.space, seed=trial.number)
+                enqueue_unseen(trial.study, self.space, seed=sample_index(trial.study, trial.number))
         record: dict[str, Any] = {"params": params}
         try:
             sketch = params_to_sketch(self.space, params)
@@ -120,6 +112,7 @@ class Objective:
             record["sketch"] = sketch
             record["settings"] = st
             record["options"] = options = synth_options(st, cfg.synth_time_limit)
+            faults.point("trial.synthesis")
             synth = synthesize_cached(self.graph, cfg.collective, sketch, options, self.cache)
         except (InfeasibleError, InputError, VerificationError) as err:
             self._fail(trial, record, f"synthesis: {err}")
@@ -225,7 +218,7 @@ class Objective:
                                 parent_run_id=cfg.parent_run_id, params=params, metrics=metrics, tags=tags,
                                 artifacts=artifacts, state=state, curves=curves)
         if run_id is None:       # the tracking server was unreachable: recorded locally, replayed later
-            trial.set_user_attr("mlflow_pending", True)
+            trial.set_user_attr("mlflow_pending", str(cfg.out_dir))
         else:
             trial.set_user_attr("mlflow_run_id", run_id)
 

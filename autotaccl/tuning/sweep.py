@@ -12,6 +12,7 @@ Layout of a run directory (default ``./autotaccl-runs``)::
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -35,13 +36,22 @@ from ..safety import output_dir, safe_name, storage_url, tracking_uri
 from .evaluate import runner_times
 from .lowered import lowering
 from .objective import Objective, SweepConfig, TrialFailed
-from .reference import Reference, compute_reference, load_reference, save_reference
+from .records import log_baselines, reconcile, sweep_run
+from .reference import compute_reference, load_reference, save_reference
 from .samplers import SAMPLERS, Sampler, make_sampler
-from .space import SearchSpace, load_space, sample, sketch_to_params, space_to_dict
+from .space import SearchSpace, load_space, sample, space_to_dict
+from .study import open_study, seed
 
 log = logging.getLogger(__name__)
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+WORKERS_PER_CORE = 4
+MAX_WORKERS = 256
+
+
+def max_workers() -> int:
+    """How many worker processes one ``tune`` may start on this host (each synthesizes on a core)."""
+    return min(MAX_WORKERS, WORKERS_PER_CORE * (os.cpu_count() or 1))
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,8 @@ class TuneRequest:
     seed: int | None = None
     out: str | Path = "autotaccl-runs"
     resume: bool = False        # the study must exist already (several hosts: start one, --resume the rest)
+    extend: bool = False        # the space may have grown (choices, ranges, sizes) since the study was made
+    adopt: bool = False         # log into an experiment of the same name that another tool created
     margin: float = 0.10
     synth_time_limit: float | None = 60.0
     heartbeat: float = INTERVAL     # seconds between a running trial's heartbeats (silent for 3: failed, retried)
@@ -77,8 +89,11 @@ class TuneRequest:
 
         if not whole(self.trials) or self.trials < 1:
             raise fail("trials", "a whole number >= 1")
-        if not whole(self.workers) or self.workers < 1:
-            raise fail("workers", "a whole number >= 1")
+        if not whole(self.workers) or not 1 <= self.workers <= max_workers():
+            raise fail("workers", f"a whole number from 1 to {max_workers()} ({WORKERS_PER_CORE} per core of this "
+                                  f"host, at most {MAX_WORKERS}; start tune on more hosts for more)")
+        if self.seed is not None and (not whole(self.seed) or not 0 <= self.seed < 2 ** 32):
+            raise fail("seed", "a whole number from 0 to 4294967295")
         if self.timeout is not None and not self.timeout > 0:
             raise fail("timeout", "a positive number of seconds")
         if self.synth_time_limit is not None and not self.synth_time_limit > 0:
@@ -101,7 +116,7 @@ class TuneRequest:
         if self.storage is not None:
             storage_url(self.storage, "TuneRequest.storage")
         if self.tracking_uri is not None:
-            tracking_uri(self.tracking_uri, "TuneRequest.tracking_uri")
+            tracking.usable_store(tracking_uri(self.tracking_uri, "TuneRequest.tracking_uri"), "TuneRequest.tracking_uri")
 
 
 @dataclass(frozen=True)
@@ -156,12 +171,18 @@ def counted(trial: optuna.trial.FrozenTrial) -> bool:
 
 def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, out: Path, storage: str,
             runner: Runner, options: Any) -> tuple[SweepConfig, optuna.Study]:
-    """Reference, study, seeds, experiment and parent run for one collective: done once, by the driver."""
+    """Reference, study, seeds, experiment, parent run and baselines for one collective, by the driver (under
+    the prepare lock). Each step checks what an earlier start left and does only what is missing, so a
+    start cut short anywhere is finished by the next one; then MLflow is made to agree with the study."""
     name = space.experiment_name(collective)
     study_name = study_name_for(request, space, collective)
     sweeps = out / "sweeps"
     sweeps.mkdir(parents=True, exist_ok=True)
     graph = space.graph()
+    config_path = sweeps / f"{study_name}.json"
+    known = SweepConfig.load(config_path) if config_path.is_file() else None
+    study = open_study(storage, study_name, space, collective, graph, make_sampler(request.sampler, request.seed),
+                       request.heartbeat, request.extend, known)
     space_path = space_file(request, space, sweeps, study_name)
 
     ref_path = sweeps / f"{study_name}.reference.json"
@@ -176,37 +197,18 @@ def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, o
         for base in ref.algorithms:
             verify(ref.algorithm(base), graph)
         save_reference(ref, ref_path)
-
-    study = optuna.create_study(study_name=study_name, storage=open_storage(storage, request.heartbeat),
-                                direction="minimize",
-                                sampler=make_sampler(request.sampler, request.seed), load_if_exists=True)
-    if not study.trials:
-        from ..sketch import default_sketch
-
-        seeds = list(space.seeds)
-        default = sketch_to_params(space, default_sketch(graph, collective))
-        if default:
-            seeds.insert(0, default)
-        for seed in seeds:
-            study.enqueue_trial(dict(seed), skip_if_exists=True)
-        study.set_user_attr("space", str(space_path))
-        study.set_user_attr("collective", collective)
+    seed(study, space, graph, collective)
 
     target_tags = {"autotaccl.target": space.target_name, "autotaccl.collective": collective,
                    "autotaccl.hardware": space.profile.name, "autotaccl.nodes": str(space.nodes)}
     artifact_root = out / "mlartifacts" if request.tracking_uri is None else None
-    experiment_id = tracking.ensure_experiment(client, name, artifact_root, target_tags)
-    parent = study.user_attrs.get("mlflow_parent_run_id")
-    if parent and _run_exists(client, parent):
-        client.update_run(parent, status="RUNNING")
-    else:
-        parent = tracking.start_sweep_run(
-            client, experiment_id, f"sweep-{study_name}",
-            params={"space": space_path.name, "sizes": ",".join(map(str, space.sizes)), "runner": runner.name,
-                    "sampler": request.sampler, "margin": request.margin, "seed": request.seed},
-            tags={**target_tags, "optuna.study": study_name, "optuna.storage": storage})
-        study.set_user_attr("mlflow_parent_run_id", parent)
-        _log_baselines(client, experiment_id, parent, ref, space, collective)
+    experiment_id = tracking.ensure_experiment(client, name, artifact_root, target_tags, adopt=request.adopt)
+    parent = sweep_run(client, experiment_id, study, {
+        "name": f"sweep-{study_name}",
+        "params": {"space": space_path.name, "sizes": ",".join(map(str, space.sizes)), "runner": runner.name,
+                   "sampler": request.sampler, "margin": request.margin, "seed": request.seed}},
+        tags={**target_tags, "optuna.study": study_name, "optuna.storage": storage})
+    log_baselines(client, out, experiment_id, parent, ref, space, collective)
 
     config = SweepConfig(space=str(space_path), collective=collective, out_dir=str(out),
                          storage=storage, study_name=study_name, tracking_uri=client.tracking_uri,
@@ -214,7 +216,8 @@ def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, o
                          runner=runner.name, runner_options=options_dict(options), margin=request.margin,
                          synth_time_limit=request.synth_time_limit, trials=request.trials, timeout=request.timeout,
                          sampler=request.sampler, seed=request.seed, heartbeat=request.heartbeat)
-    config.save(sweeps / f"{study_name}.json")
+    reconcile(client, config, study)
+    config.save(config_path)
     return config, study
 
 
@@ -225,46 +228,6 @@ def space_file(request: TuneRequest, space: SearchSpace, sweeps: Path, study_nam
         return Path(space.source).resolve()
     hardware = write_yaml(profile_to_dict(space.profile), sweeps / f"{study_name}.hardware.yaml")
     return write_yaml(space_to_dict(space, str(hardware)), sweeps / f"{study_name}.space.yaml")
-
-
-def _run_exists(client, run_id: str) -> bool:
-    try:
-        client.get_run(run_id)
-    except Exception:   # MlflowException(RESOURCE_DOES_NOT_EXIST): a new tracking store
-        return False
-    return True
-
-
-def _log_baselines(client, experiment_id: str, parent: str, ref: Reference, space: SearchSpace,
-                   collective: str) -> None:
-    import json
-
-    from ..model.algorithm import to_json
-    from ..model.collectives import make_collective
-
-    coll = make_collective(collective, space.profile.gpus_per_node * space.nodes)
-    if ref.nccl_times:      # stock NCCL, predicted: compared with, never a candidate (not verified)
-        rows = [{"size": s, "time_us": t, "algbw": s / t / 1e3, "busbw": s / t / 1e3 * coll.busbw_factor,
-                 "bound_pct": 100 * s / t / 1e3 / b} for s, t, b in zip(ref.sizes, ref.nccl_times, ref.bound_algbw)]
-        choices = {f"nccl.{s}": f"{a}/{p}/{c}" for s, (a, p, c) in zip(ref.sizes, ref.nccl_choices)}
-        tracking.log_run(client, experiment_id, "nccl-model", parent_run_id=parent,
-                         params={"collective": collective, "target": space.target_name, "model": "nccl-model"},
-                         metrics=tracking.size_metrics(rows), curves={"busbw_GBps": tracking.size_curve(rows)},
-                         tags={tracking.KIND: "nccl", "collective": collective, "target": space.target_name,
-                               "verified": "false", "state": "COMPLETE", **choices})
-    for name, times in ref.times.items():
-        rows = [{"size": s, "time_us": t, "algbw": s / t / 1e3, "busbw": s / t / 1e3 * coll.busbw_factor,
-                 "bound_pct": 100 * s / t / 1e3 / b} for s, t, b in zip(ref.sizes, times, ref.bound_algbw)]
-        metrics = tracking.size_metrics(rows)
-        metrics.update({f"bound_busbw_GBps.{s}": b * coll.busbw_factor for s, b in zip(ref.sizes, ref.bound_algbw)})
-        how = {f"sim.{s}": f"{p}/{c}x{i}" for s, (p, c, i) in zip(ref.sizes, ref.sim_runs.get(name, ()))}
-        tracking.log_run(client, experiment_id, f"baseline-{name}", parent_run_id=parent,
-                         params={"baseline": name, "collective": collective, "target": space.target_name,
-                                 "runner": ref.runner, "settings.protocol": "Simple", "settings.instances": 1},
-                         metrics=metrics, curves={"busbw_GBps": tracking.size_curve(rows)},
-                         tags={tracking.KIND: "baseline", "baseline": name, "collective": collective,
-                               "target": space.target_name, "verified": "true", "state": "COMPLETE", **how},
-                         artifacts={"algorithm.json": json.dumps(to_json(ref.algorithm(name)))})
 
 
 def run_workers(config: SweepConfig, config_path: Path, study: optuna.Study, workers: int, remaining: int,
@@ -328,12 +291,14 @@ def summarize(study: optuna.Study, config: SweepConfig) -> StudySummary:
     per_size = []
     for i, size in enumerate(ref.sizes):
         base_name, base_time = ref.best(i)
-        best = min(((t.user_attrs["results"][i]["time_us"], t) for t in complete), key=lambda x: x[0], default=None)
+        # by size, not position: after --extend added sizes, older trials have no result at the new ones
+        at = [(r, t) for t in complete for r in t.user_attrs["results"] if r["size"] == size]
+        best = min(at, key=lambda x: x[0]["time_us"], default=None)
         factor = (ref.sizes[i] / base_time / 1e3)
         nccl = ref.nccl_times[i] if ref.nccl_times else None
         busbw_factor = ref.algorithm(base_name).collective.busbw_factor
-        if best is not None and best[0] < base_time:
-            r = best[1].user_attrs["results"][i]
+        if best is not None and best[0]["time_us"] < base_time:
+            r = best[0]
             label = f"trial {best[1].number}" + (" (no XML)" if "xml_error" in best[1].user_attrs else "")
             per_size.append(SizeWinner(size, label, r["time_us"], base_name, base_time,
                                        r["busbw"], r["bound_pct"], nccl))

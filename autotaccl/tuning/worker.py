@@ -1,7 +1,9 @@
 """A sweep worker process: ``python -m autotaccl.tuning.worker SWEEP.json --n-trials N``.
 
 The driver (``autotaccl tune --workers K``) prepared storage, tracking, reference and seeds; a worker
-only loads the study and runs trials on the shared storage.
+only loads the study and runs trials on the shared storage. Ctrl-C reaches every worker of the terminal:
+each marks its trial interrupted and exits with status 130, quietly (the driver says it once); a full
+disk is one line and status 1.
 """
 from __future__ import annotations
 
@@ -9,14 +11,6 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-
-import optuna
-from mlflow.tracking import MlflowClient
-
-from ..tracking import outbox
-
-from .objective import SweepConfig
-from .sweep import make_sampler, open_storage, optimize
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,13 +20,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index", type=int, default=0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format=f"worker {args.index}: %(levelname)s %(name)s: %(message)s")
+    try:
+        return _run(Path(args.config), args.n_trials)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as err:
+        from ..errors import environment_problem
+
+        problem = environment_problem(err)
+        if problem is None:
+            raise
+        logging.getLogger(__name__).error("%s", problem)
+        return 1
+
+
+def _run(config_path: Path, n_trials: int) -> int:
+    import optuna
+    from mlflow.tracking import MlflowClient
+
+    from ..tracking import outbox
+    from .objective import SweepConfig
+    from .sweep import make_sampler, open_storage, optimize
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    config = SweepConfig.load(Path(args.config))
-    seed = None if config.seed is None else config.seed + 1000 * (args.index + 1)
+    config = SweepConfig.load(config_path)
+    # every trial's sampling draws from its own seeded stream (cluster/loop.py), whichever worker runs it
     study = optuna.load_study(study_name=config.study_name, storage=open_storage(config.storage, config.heartbeat),
-                              sampler=make_sampler(config.sampler, seed))
+                              sampler=make_sampler(config.sampler, config.seed))
     outbox.limit_client_retries()
-    optimize(config, study, args.n_trials)
+    optimize(config, study, n_trials)
     outbox.replay(config.out_dir, MlflowClient(tracking_uri=config.tracking_uri))
     return 0
 

@@ -247,7 +247,7 @@ def test_inapplicable_baseline_writes_nothing(tmp_path, capsys):
 def test_output_in_a_missing_directory(tmp_path, capsys):
     out = tmp_path / "no" / "such" / "a.json"
     line = bad_input(capsys, "baseline", "--hardware", "ring", "--collective", "ag", "--algorithm", "ring", "-o", out)
-    assert f"-o: {out}:" in line
+    assert f"-o: '{out}':" in line
 
 
 def test_unknown_collective_and_bad_nodes(tmp_path, capsys):

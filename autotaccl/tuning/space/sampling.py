@@ -3,7 +3,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from .schema import SearchSpace
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+
+from ... import faults
+from .schema import Parameter, SearchSpace
+
+
+def distribution(p: Parameter) -> BaseDistribution:
+    """The Optuna distribution ``sample`` suggests ``p`` from."""
+    if p.kind == "categorical":
+        return CategoricalDistribution(list(p.choices))
+    if p.kind == "int":
+        return IntDistribution(int(p.low), int(p.high), log=p.log, step=int(p.step or 1))
+    return FloatDistribution(float(p.low), float(p.high), log=p.log, step=p.step)
 
 
 def sample(trial, space: SearchSpace) -> dict[str, Any]:
@@ -18,6 +30,7 @@ def sample(trial, space: SearchSpace) -> dict[str, Any]:
             values[p.name] = trial.suggest_int(p.name, int(p.low), int(p.high), step=int(p.step or 1), log=p.log)
         else:
             values[p.name] = trial.suggest_float(p.name, float(p.low), float(p.high), step=p.step, log=p.log)
+        faults.point("trial.sampling")
     return values
 
 

@@ -25,6 +25,7 @@ from .knobs import KNOBS, KnobContext
 ParameterType = Literal["categorical", "int", "float"]
 TYPES: tuple[ParameterType, ...] = get_args(ParameterType)
 _TOP_KEYS = {"name", "description", "target", "sizes", "parameters", "fixed", "seeds"}
+MAX_STEPS = 1_000_000     # values of a stepped parameter (grid and brute-force samplers enumerate them)
 _PARAM_KEYS = {"type", "choices", "low", "high", "step", "log", "when"}
 
 
@@ -300,6 +301,8 @@ def _parameter(key: str, spec: Any, where: str, fail, check_knob, earlier: list[
                              or not math.isfinite(step)
                              or (kind == "int" and not isinstance(step, int))):
         raise fail(f"{where}.step", "a positive number (whole for int)")
+    if step is not None and (numbers["high"] - numbers["low"]) / step > MAX_STEPS:
+        raise fail(f"{where}.step", f"a step that gives at most {MAX_STEPS} values from low to high")
     log = spec.get("log", False)
     if not isinstance(log, bool):
         raise fail(f"{where}.log", "true or false")
@@ -311,24 +314,26 @@ def _parameter(key: str, spec: Any, where: str, fail, check_knob, earlier: list[
 # --------------------------------------------------------------------------- writing
 
 
+def parameter_to_dict(p: Parameter) -> dict[str, Any]:
+    """A parameter as its entry under ``parameters:`` in a space file."""
+    spec: dict[str, Any] = {"type": p.kind}
+    if p.kind == "categorical":
+        spec["choices"] = list(p.choices)
+    else:
+        spec.update(low=p.low, high=p.high)
+        if p.step is not None:
+            spec["step"] = p.step
+        if p.log:
+            spec["log"] = True
+    if p.when:
+        spec["when"] = {name: list(allowed) for name, allowed in p.when}
+    return spec
+
+
 def space_to_dict(space: SearchSpace, hardware: str) -> dict[str, Any]:
     """The space as a document ``space_from_dict`` reads back equal, its target's profile named by ``hardware``
     (a profile name or file): what the sweep driver writes for its workers, whatever the space came from."""
-    def parameter(p: Parameter) -> dict[str, Any]:
-        spec: dict[str, Any] = {"type": p.kind}
-        if p.kind == "categorical":
-            spec["choices"] = list(p.choices)
-        else:
-            spec.update(low=p.low, high=p.high)
-            if p.step is not None:
-                spec["step"] = p.step
-            if p.log:
-                spec["log"] = True
-        if p.when:
-            spec["when"] = {name: list(allowed) for name, allowed in p.when}
-        return spec
-
     return {"name": space.name,
             "target": {"hardware": hardware, "nodes": space.nodes, "collectives": list(space.collectives)},
-            "sizes": list(space.sizes), "parameters": {p.name: parameter(p) for p in space.parameters},
+            "sizes": list(space.sizes), "parameters": {p.name: parameter_to_dict(p) for p in space.parameters},
             "fixed": dict(space.fixed), "seeds": [dict(seed) for seed in space.seeds]}

@@ -357,3 +357,14 @@ def test_non_contiguous_ring_transfers_keep_fused_steps_on_separate_channels():
     kinds = {s.type for g in prog.gpus for tb in g.tbs for s in tb.steps}
     assert prog.header["nchannels"] == "2" and {"rrs", "rcs", "rrcs"} <= kinds
     assert check_xml(text, mode="both", seeds=SEEDS).valid
+
+
+def test_an_algorithm_too_large_for_the_runtime_is_refused_before_it_is_verified_or_lowered():
+    """204,800 transfers used to take minutes of lowering to be refused; now the count alone refuses them.
+    (An unverified algorithm: a check that ran verify or the lowering first would fail on it instead.)"""
+    n = 102_400
+    transfers = [Transfer((c,), 0, 1, c) for c in range(n)] + [Transfer((c,), 1, 0, c) for c in range(n)]
+    big = Algorithm("big", Collective("allgather", 2, n), tuple(transfers))
+    with pytest.raises(LoweringError) as err:
+        lower(big)
+    assert err.value.field == "XML nodes per rank" and "at least 102403" in err.value.expected

@@ -34,6 +34,7 @@ def lower(algorithm: Algorithm, options: LoweringOptions | None = None) -> str:
 def lower_program(algorithm: Algorithm, options: LoweringOptions | None = None) -> Program:
     opts = (options or LoweringOptions()).validated()
     source = algorithm.name or "<algorithm>"
+    _check_size(algorithm, opts, source)
     try:
         verify(algorithm)
     except VerificationError as err:
@@ -194,6 +195,23 @@ def _number(steps: list[StepRec], coll, scratch, source: str, limits) -> tuple[G
             tbs.append(ThreadBlock(tb_id[key], key[1], key[2], key[3], tuple(out)))
         gpus.append(Gpu(rank, coll.input_chunks(rank), coll.output_chunks(rank), scratch[rank], tuple(tbs)))
     return tuple(gpus)
+
+
+def _check_size(algorithm: Algorithm, opts: LoweringOptions, source: str) -> None:
+    """Refuse at once an algorithm too large for the runtime whatever the lowering does (which would take
+    minutes to find out): every transfer is a step of its sender and of its receiver (a receive and a send
+    may share one step), and each instance repeats them all."""
+    limits = LIMITS[opts.runtime]
+    involved: dict[int, int] = {}
+    for t in algorithm.transfers:
+        involved[t.src] = involved.get(t.src, 0) + 1
+        involved[t.dst] = involved.get(t.dst, 0) + 1
+    for rank, count in sorted(involved.items()):
+        nodes = 1 + algorithm.collective.ranks + -(-count * opts.instances // 2)
+        if nodes > limits.nodes_per_rank:
+            raise LoweringError(source, "XML nodes per rank", f"at most {limits.nodes_per_rank}; rank {rank} needs at "
+                                f"least {nodes} ({count} transfers x {opts.instances} instance(s)), "
+                                f"{nodes - limits.nodes_per_rank} too many")
 
 
 def _check_limits(program: Program, source: str, runtime: str) -> None:
