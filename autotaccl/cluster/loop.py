@@ -132,7 +132,8 @@ class _Failed(RuntimeError):
 
 def record_failure(client, config, trial: FrozenTrial | optuna.Trial, reason: str) -> None:
     """The MLflow run of a trial that failed outside the objective's own accounting."""
-    outbox.log_run(client, config.out_dir, config.experiment_id, f"trial-{trial.number}",
+    outbox.log_run(client, config.out_dir, config.experiment_id,
+                   tracking.trial_run_name(trial.number, trial.params),
                    parent_run_id=config.parent_run_id, params={k: v for k, v in trial.params.items()},
                    tags={tracking.KIND: "trial", "state": "FAIL", "optuna.trial": trial.number,
                          "optuna.study": config.study_name, "collective": config.collective,

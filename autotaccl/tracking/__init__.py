@@ -1,9 +1,9 @@
 """MLflow records of sweeps: the store and its runs (``store``), logging that outlives an unreachable
 server (``outbox``), and the figures logged with runs (``plots``)."""
 from .store import (KIND, PER_SIZE, STATUS, MlflowClient, autotaccl_experiments, default_tracking_uri,
-                    ensure_experiment, existing_store, flatten, init_store, log_run, logged_sizes, runs_url,
-                    size_curve, size_metrics, start_sweep_run)
+                    ensure_experiment, existing_store, init_store, log_run, logged_sizes, runs_url,
+                    size_curves, size_step, trial_run_name, size_metrics, start_sweep_run)
 
 __all__ = ["KIND", "PER_SIZE", "STATUS", "MlflowClient", "autotaccl_experiments", "default_tracking_uri",
-           "ensure_experiment", "existing_store", "flatten", "init_store", "log_run", "logged_sizes", "runs_url",
-           "size_curve", "size_metrics", "start_sweep_run"]
+           "ensure_experiment", "existing_store", "init_store", "log_run", "logged_sizes", "runs_url",
+           "size_curves", "size_step", "trial_run_name", "size_metrics", "start_sweep_run"]

@@ -195,7 +195,8 @@ def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, o
     target_tags = {"autotaccl.target": space.target_name, "autotaccl.collective": collective,
                    "autotaccl.hardware": space.profile.name, "autotaccl.nodes": str(space.nodes)}
     artifact_root = out / "mlartifacts" if request.tracking_uri is None else None
-    experiment_id = tracking.ensure_experiment(client, name, artifact_root, target_tags)
+    experiment_id = tracking.ensure_experiment(client, name, artifact_root, target_tags,
+                                               experiment_description(space, collective, runner.name))
     parent = study.user_attrs.get("mlflow_parent_run_id")
     if parent and _run_exists(client, parent):
         client.update_run(parent, status="RUNNING")
@@ -216,6 +217,19 @@ def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, o
                          sampler=request.sampler, seed=request.seed, heartbeat=request.heartbeat)
     config.save(sweeps / f"{study_name}.json")
     return config, study
+
+
+def experiment_description(space: SearchSpace, collective: str, runner: str) -> str:
+    """What an experiment holds and how its metrics are named (MLflow shows it above the runs)."""
+    from ..sizes import format_size
+
+    return (f"autotaccl sweep: {collective} on {space.target_name} ({space.profile.gpus_per_node * space.nodes} GPUs), "
+            f"{format_size(space.sizes[0])} to {format_size(space.sizes[-1])}, measured by the {runner} runner.\n\n"
+            "Runs: the sweep (parent), one per trial named by what it tried (t12 greedy relay 0:1 cu2 LL128: trial "
+            "number, then the space's knobs), the NCCL-style baselines, and stock NCCL as nccl-model predicts it.\n\n"
+            f"Metrics: {', '.join(tracking.PER_SIZE)} per buffer size, as one key per size (busbw_GBps.1048576, "
+            "for search_runs and export) and as one curve per quantity with step = log2(bytes) (busbw_GBps at step "
+            "20 is 1 MiB), which the run's chart view plots against size.")
 
 
 def space_file(request: TuneRequest, space: SearchSpace, sweeps: Path, study_name: str) -> Path:
@@ -249,7 +263,7 @@ def _log_baselines(client, experiment_id: str, parent: str, ref: Reference, spac
         choices = {f"nccl.{s}": f"{a}/{p}/{c}" for s, (a, p, c) in zip(ref.sizes, ref.nccl_choices)}
         tracking.log_run(client, experiment_id, "nccl-model", parent_run_id=parent,
                          params={"collective": collective, "target": space.target_name, "model": "nccl-model"},
-                         metrics=tracking.size_metrics(rows), curves={"busbw_GBps": tracking.size_curve(rows)},
+                         metrics=tracking.size_metrics(rows), curves=tracking.size_curves(rows),
                          tags={tracking.KIND: "nccl", "collective": collective, "target": space.target_name,
                                "verified": "false", "state": "COMPLETE", **choices})
     for name, times in ref.times.items():
@@ -260,8 +274,8 @@ def _log_baselines(client, experiment_id: str, parent: str, ref: Reference, spac
         how = {f"sim.{s}": f"{p}/{c}x{i}" for s, (p, c, i) in zip(ref.sizes, ref.sim_runs.get(name, ()))}
         tracking.log_run(client, experiment_id, f"baseline-{name}", parent_run_id=parent,
                          params={"baseline": name, "collective": collective, "target": space.target_name,
-                                 "runner": ref.runner, "settings.protocol": "Simple", "settings.instances": 1},
-                         metrics=metrics, curves={"busbw_GBps": tracking.size_curve(rows)},
+                                 "runner": ref.runner, "protocol": "Simple", "instances": 1},
+                         metrics=metrics, curves=tracking.size_curves(rows),
                          tags={tracking.KIND: "baseline", "baseline": name, "collective": collective,
                                "target": space.target_name, "verified": "true", "state": "COMPLETE", **how},
                          artifacts={"algorithm.json": json.dumps(to_json(ref.algorithm(name)))})
