@@ -216,6 +216,9 @@ class Objective:
             artifacts["measurements.csv"] = frame.to_csv(index=False)
             if "raw" in record:
                 artifacts[f"{cfg.runner}-raw.csv"] = record["raw"].to_csv(index=False)
+                environment = record["raw"].attrs.get("environment")    # runner-filtered (NCCL_*, MSCCL*)
+                if environment:
+                    artifacts[f"{cfg.runner}-environment.json"] = json.dumps(environment, indent=1, sort_keys=True)
             artifacts["busbw.png"] = self._plot(trial.number, results)
         if value is not None:
             metrics["objective"] = value
