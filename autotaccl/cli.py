@@ -24,7 +24,21 @@ from .errors import InfeasibleError, InputError, ParameterError, environment_pro
 PARAMETER_DESTS = {"collectives": "collective", "experiments": "experiment"}
 
 
+class _Help(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless the text already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.option_strings and action.default not in (None, False, argparse.SUPPRESS) and "default" not in text:
+            text += " (default %(default)s)"
+        return text
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
         self.exit(2, f"autotaccl: error: {self.prog}: {message}\n")
 
@@ -50,7 +64,8 @@ def _leaves(parser: argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="autotaccl", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="autotaccl", description="autotaccl command line: one sub-command per step of a sweep "
+                                                   "(see autotaccl COMMAND -h)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):

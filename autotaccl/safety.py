@@ -108,8 +108,8 @@ def storage_url(value: str, flag: str = "--storage") -> str:
         url.get_dialect().import_dbapi()
     except Exception as err:   # ArgumentError, NoSuchModuleError, a missing driver (ImportError)
         raise ParameterError(flag, repr(value), f"{expected} ({type(err).__name__}: {err})".replace("\n", " ")) from None
-    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-        _parent_exists(url.database, value, flag)
+    if url.get_backend_name() == "sqlite":
+        _sqlite_file(value, flag)
     return value
 
 
@@ -123,12 +123,21 @@ def tracking_uri(value: str, flag: str = "--tracking-uri") -> str:
     if scheme not in TRACKING_SCHEMES:
         raise ParameterError(flag, repr(value), f"a tracking URI with one of the schemes {', '.join(TRACKING_SCHEMES)}")
     if scheme == "sqlite":
-        from sqlalchemy.engine import make_url
-
-        database = make_url(value).database
-        if database not in (None, "", ":memory:"):
-            _parent_exists(database, value, flag)
+        _sqlite_file(value, flag)
     return value
+
+
+def _sqlite_file(value: str, flag: str) -> None:
+    """The database file of an SQLite URL, whose directory must exist; ``sqlite://name.db`` (two slashes:
+    SQLAlchemy reads ``name.db`` as a host and fails deep inside) is refused."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(value)
+    if url.host:
+        raise ParameterError(flag, repr(value), "sqlite:///relative/file.db or sqlite:////absolute/file.db "
+                                                "(three slashes before a relative path)")
+    if url.database not in (None, "", ":memory:"):
+        _parent_exists(url.database, value, flag)
 
 
 def _parent_exists(database: str, value: str, flag: str) -> None:

@@ -11,8 +11,10 @@ first table counts: ``autotaccl bench --baseline mpi`` prints MPI's own table af
 
 JSON: nccl-tests' writer (``src/util.cu``, ``JSON_FILE_VERSION`` 3): ``results`` of ``{size, count, type,
 redop, root, out_of_place: {time|cpu_time, alg_bw, bus_bw, nwrong}, in_place: {...}}``; the collective
-comes from the binary in ``args[0]``, ``NCCL_ALGO``/``NCCL_PROTO`` from ``env`` (nothing else of the
-environment is kept). ``autotaccl bench --json`` output (``rows`` of result records) is read too.
+comes from the binary in ``args[0]``; of ``env`` (the writer's whole process environment, ``K=V``
+strings) only the ``NCCL_*`` and ``MSCCL*`` variables are kept (:func:`nccl_environment`), and
+``NCCL_ALGO``/``NCCL_PROTO`` among them restrict NCCL's choice. ``autotaccl bench --json`` output (``rows``
+of result records) is read too.
 
 Anything malformed is one :class:`~autotaccl.errors.InputError` naming the file and the line or field.
 """
@@ -58,6 +60,7 @@ class MeasuredTable:
     collective: str | None = None         # as the file says (None: it does not)
     nccl_version: str | None = None
     restrictions: Mapping[str, str] = field(default_factory=dict)   # NCCL_ALGO / NCCL_PROTO, if recorded
+    environment: Mapping[str, str] = field(default_factory=dict)    # the NCCL_* / MSCCL* variables, if recorded
 
     def times(self) -> dict[int, float]:
         """Per size, the fastest valid time (µs) over in-place, out-of-place and repeated rows: the
@@ -239,13 +242,8 @@ def parse_json(data: Any, source: str) -> MeasuredTable:
     args = data.get("args")
     if isinstance(args, list) and args and isinstance(args[0], str):
         collective = PERF.get(Path(args[0]).name)
-    restrictions = {}
-    env = data.get("env")
-    if isinstance(env, list):
-        for entry in env:     # the whole process environment: keep only what restricts NCCL's choice
-            if isinstance(entry, str) and entry.split("=", 1)[0] in ("NCCL_ALGO", "NCCL_PROTO") and "=" in entry:
-                key, value = entry.split("=", 1)
-                restrictions[key] = value
+    environment = nccl_environment(data.get("env"))
+    restrictions = {k: v for k, v in environment.items() if k in ("NCCL_ALGO", "NCCL_PROTO")}
     version = data.get("nccl_version")
     rows = []
     for i, r in enumerate(results):
@@ -278,7 +276,17 @@ def parse_json(data: Any, source: str) -> MeasuredTable:
                 rows.append(_record(size, count, dtype, redop, inplace, *values))
     if not rows:
         raise fail("results", "results with a size > 0")
-    return MeasuredTable(source, frame(rows), collective, None if version is None else str(version), restrictions)
+    return MeasuredTable(source, frame(rows), collective, None if version is None else str(version), restrictions,
+                         environment)
+
+
+def nccl_environment(env: Any) -> dict[str, str]:
+    """The ``NCCL_*`` and ``MSCCL*`` variables of a -J file's ``env`` list: what shaped the measurement.
+    The rest is the writer's whole process environment (paths, tokens) and is never kept."""
+    if not isinstance(env, list):
+        return {}
+    pairs = (entry.split("=", 1) for entry in env if isinstance(entry, str) and "=" in entry)
+    return {key: value for key, value in pairs if key.startswith(("NCCL_", "MSCCL"))}
 
 
 def _bench_json(data: Mapping, source: str) -> MeasuredTable:

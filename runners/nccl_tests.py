@@ -3,13 +3,19 @@
 The environment loads the XML into both MSCCL runtimes (``msccl-xml-and-nccl-tests.md`` §6): the
 legacy runtime reads ``MSCCL_XML_FILES`` (with ``NCCL_ALGO=MSCCL,RING,TREE``), the executor reads every
 file in ``MSCCL_ALGO_DIR`` (with ``NCCL_MSCCL_ENABLE=1``), so the XML is copied alone into a fresh
-directory. The command is ``LAUNCHER BINARY -b -e -f -g 1 -c 1 -n ITERS -w WARMUP -d TYPE -o OP``.
-The table is read by :mod:`runners.nccl_output` (every nccl-tests output format).
+directory. The command is ``LAUNCHER BINARY -b -e -f -g 1 -c 1 -n ITERS -w WARMUP -d TYPE -o OP -J FILE``.
+``-J`` (nccl-tests >= 2.18.5, ``runtimes.md`` §4) makes rank 0 write the results as JSON, read in full
+precision; a binary that refuses it (older ones print ``invalid option 'J'`` and their usage) is run
+again without it and its text table read, as is the text when rank 0's file is not visible here (a
+work directory that is not shared). Both are read by :mod:`runners.nccl_output`; of the JSON's ``env``
+(rank 0's whole environment) only the ``NCCL_*``/``MSCCL*`` variables are kept, in the frame's
+``attrs["environment"]``.
 """
 from __future__ import annotations
 
 import logging
 import os
+import re
 import shlex
 import shutil
 import tempfile
@@ -28,7 +34,7 @@ from autotaccl.safety import file_stem, output_dir
 from runners import launch
 from runners.contract import MSCCL_XML, check
 from runners.mpi import launcher_command
-from runners.nccl_output import parse_text
+from runners.nccl_output import MeasuredTable, parse_text, read_table
 from runners.results import DTYPES, check_dtype, check_op, frame
 
 log = logging.getLogger(__name__)
@@ -37,6 +43,8 @@ BINARIES = {"allgather": "all_gather_perf", "reducescatter": "reduce_scatter_per
             "alltoall": "alltoall_perf", "broadcast": "broadcast_perf"}
 RUNTIMES = ("both", "legacy", "executor")
 ENV_FLAGS = (None, "-x", "-genv")
+_REFUSED_J = re.compile(r"invalid option.*'J'")    # nccl-tests before -J: its message, then its usage
+_TEXT_ONLY: set[str] = set()                        # binaries seen refusing -J in this process
 
 
 def xml_collective(path: str | Path) -> str:
@@ -78,9 +86,10 @@ def sweeps(sizes: Sequence[int]) -> list[tuple[int, int, int]]:
 
 
 def command(launcher: str | Sequence[str], binary: str, sweep: tuple[int, int, int], *, iters: int, warmup: int,
-            dtype: str, op: str, env: dict[str, str], env_flag: str | None = None) -> list[str]:
+            dtype: str, op: str, env: dict[str, str], env_flag: str | None = None,
+            json_file: str | None = None) -> list[str]:
     """The full command line; ``env_flag`` ``-x`` (Open MPI) or ``-genv`` (MPICH) forwards ``env`` explicitly
-    (one of :data:`ENV_FLAGS`)."""
+    (one of :data:`ENV_FLAGS`); ``json_file`` (a ``.json`` name) asks for ``-J`` output."""
     argv = shlex.split(launcher) if isinstance(launcher, str) else list(launcher)
     if env_flag == "-x":
         for name in env:
@@ -90,16 +99,27 @@ def command(launcher: str | Sequence[str], binary: str, sweep: tuple[int, int, i
             argv += ["-genv", name, value]
     b, e, f = sweep
     return argv + [binary, "-b", str(b), "-e", str(e), "-f", str(f), "-g", "1", "-c", "1", "-n", str(iters),
-                   "-w", str(warmup), "-d", DTYPES[dtype][0], "-o", op]
+                   "-w", str(warmup), "-d", DTYPES[dtype][0], "-o", op] + (["-J", json_file] if json_file else [])
 
 
 def parse(text: str) -> pd.DataFrame:
     """nccl-tests' table as result rows (any output format, read by :func:`runners.nccl_output.parse_text`;
     no rows when the output holds no readable table)."""
+    table = read_output(text, None)
+    return frame([]) if table is None else table.rows
+
+
+def read_output(stdout: str, json_file: Path | None) -> MeasuredTable | None:
+    """The run's table: rank 0's -J file when it wrote one we can read, else its text (None: neither)."""
+    if json_file is not None and json_file.is_file():
+        try:
+            return read_table(json_file)
+        except InputError as err:      # cut short (a killed run): the text may still be whole
+            log.warning("nccl-tests JSON output unreadable (%s); reading its text table", err)
     try:
-        return parse_text(text, "<nccl-tests output>").rows
+        return parse_text(stdout, "<nccl-tests output>")
     except InputError:
-        return frame([])
+        return None
 
 
 def msccl_loaded(text: str) -> bool:
@@ -189,13 +209,28 @@ def measure(algorithm: Algorithm | str | Path, sizes: Sequence[int], options: Nc
             raise InputError("--binary", str(exe), f"an executable nccl-tests binary ({BINARIES[coll]})")
         env = msccl_environment(xml, options.runtime, work)
         debug = {} if "NCCL_DEBUG" in os.environ else {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
-        frames, loaded = [], True
-        for sweep in sweeps(sizes):
-            argv = command(launcher, str(exe), sweep, iters=options.iters, warmup=options.warmup,
-                           dtype=options.dtype, op=options.op, env={**env, **debug}, env_flag=options.env_flag)
-            outcome = launch.run(argv, work, options.timeout, env={**os.environ, **env, **debug})
+        frames, loaded, environment = [], True, {}
+
+        def run(sweep, json_file: Path | None):
+            argv = command(launcher, str(exe), sweep, iters=options.iters, warmup=options.warmup, dtype=options.dtype,
+                           op=options.op, env={**env, **debug}, env_flag=options.env_flag,
+                           json_file=None if json_file is None else str(json_file))
+            return argv, launch.run(argv, work, options.timeout, env={**os.environ, **env, **debug})
+
+        for index, sweep in enumerate(sweeps(sizes)):
+            json_file = None if str(exe) in _TEXT_ONLY else (work / f"nccl-tests-{index}.json").resolve()
+            if json_file is not None:
+                json_file.unlink(missing_ok=True)    # nccl-tests never overwrites: it would write FILE.0
+            argv, outcome = run(sweep, json_file)
+            if json_file is not None and _REFUSED_J.search(outcome.stdout + outcome.stderr):
+                _TEXT_ONLY.add(str(exe))
+                json_file = None
+                argv, outcome = run(sweep, None)
             text = outcome.stdout + "\n" + outcome.stderr
-            rows = parse(outcome.stdout)
+            table = read_output(outcome.stdout, json_file)
+            rows = frame([]) if table is None else table.rows
+            if table is not None:
+                environment.update(table.environment)
             failed = rows["wrong"].fillna(0).gt(0).any()
             if outcome.timed_out:
                 raise launch.JobTimeout(f"nccl-tests timed out after {options.timeout:g} s and was killed: "
@@ -209,4 +244,5 @@ def measure(algorithm: Algorithm | str | Path, sizes: Sequence[int], options: Nc
             log.warning("NCCL's log never mentions MSCCL: the XML was probably not used (see §6 of the spec)")
         df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
         df.attrs["msccl_loaded"] = loaded
+        df.attrs["environment"] = environment      # NCCL_* / MSCCL* as rank 0 saw them (-J output only)
         return df

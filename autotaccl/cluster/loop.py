@@ -231,5 +231,6 @@ def record_trial(client, config, trial: FrozenTrial | optuna.Trial, state: str, 
             "failure_reason" if state == "FAIL" else "prune_reason": reason[:5000]}
     if trial.user_attrs.get("interrupted"):
         tags["interrupted"] = "true"
-    outbox.log_run(client, config.out_dir, config.experiment_id, f"trial-{trial.number}", patient=patient,
-                   parent_run_id=config.parent_run_id, params=dict(trial.params), tags=tags, state=state)
+    outbox.log_run(client, config.out_dir, config.experiment_id, tracking.trial_run_name(trial.number, trial.params),
+                   patient=patient, key=outbox.trial_key(trial.number), parent_run_id=config.parent_run_id,
+                   params=dict(trial.params), tags=tags, state=state)

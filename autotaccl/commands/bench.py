@@ -13,7 +13,7 @@ import sys
 
 from ..errors import InputError
 from ..sizes import parse_size_range
-from .common import RUNNER_HELP, add_runner_option_arg, runner_options_from_args
+from .common import description, RUNNER_HELP, add_runner_option_arg, runner_options_from_args
 
 
 #: the runner options bench sets, by its flags; bench's own defaults where they differ from the runners'
@@ -26,7 +26,7 @@ DEFAULTS = {"check": False, "timeout": 600.0}
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("bench", help="measure an algorithm (mpi ranks, simulator or nccl-tests)",
-                              description=__doc__.splitlines()[0])
+                              description=description(__doc__))
     p.add_argument("algorithm", help="algorithm JSON (for nccl-tests also an MSCCL XML file)")
     p.add_argument("--runner", default="mpi", help=f"{RUNNER_HELP}; default: mpi")
     p.add_argument("--np", type=int, help="number of ranks (default: the algorithm's)")

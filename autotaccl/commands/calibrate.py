@@ -16,13 +16,13 @@ from pathlib import Path
 from ..errors import InputError
 from ..model.collectives import NAMES, canonical_name
 from ..safety import safe_name
-from .common import add_hardware_args, print_json, topology_from_args
+from .common import description, add_hardware_args, print_json, topology_from_args
 from .nccl_model import choice_list
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("calibrate", help="fit a hardware profile to nccl-tests tables (nccl-model reproduces them)",
-                              description=__doc__.splitlines()[0])
+                              description=description(__doc__))
     p.add_argument("tables", nargs="+", metavar="FILE[:COLLECTIVE]", help="nccl-tests output, text or -J JSON")
     add_hardware_args(p)
     p.add_argument("--algorithm", help="NCCL_ALGO the tables were measured with (comma list)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 from typing import Any, Mapping
 
 import networkx as nx
@@ -13,8 +14,26 @@ from ..model.collectives import canonical_name
 from ..model.topology import topology_for
 
 
+#: where ``tune`` writes its study, runs and cache by default, and so where ``export`` and ``report`` look
+RUN_DIR = "autotaccl-runs"
+DEFAULT_TRACKING_URI = f"sqlite:///{RUN_DIR}/mlflow.db"     # relative: ./autotaccl-runs/mlflow.db
+
+
+def add_tracking_uri_arg(parser: argparse.ArgumentParser) -> None:
+    """``--tracking-uri`` of the commands that read a sweep's runs."""
+    parser.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI,
+                        help=f"MLflow tracking URI (default {DEFAULT_TRACKING_URI}, the store `tune` writes by "
+                             f"default)")
+
+
 def register(subparsers) -> None:
     """Not a command: this module only holds helpers."""
+
+
+def description(doc: str) -> str:
+    """A command's ``-h`` description: its module docstring's first line without reST markup."""
+    line = re.sub(r":\w+:`~?([^`]*)`", r"\1", doc.splitlines()[0])
+    return line.replace("``", "")
 
 
 def print_json(obj: Any) -> None:

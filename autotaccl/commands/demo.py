@@ -10,7 +10,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("demo", help="short sweep + export + report on NDv2 x2 AllGather (a few minutes)")
     p.add_argument("--out", default="autotaccl-demo", help="output directory (default ./autotaccl-demo)")
     p.add_argument("--trials", type=int, default=30, help="trials (default 30)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
     p.set_defaults(func=run)
 
 

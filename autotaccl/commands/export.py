@@ -4,11 +4,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..sizes import format_size
+from .common import add_tracking_uri_arg
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("export", help="per-size winners of tracked sweeps -> table + checked MSCCL XML")
-    p.add_argument("--tracking-uri", required=True, help="MLflow tracking URI (e.g. sqlite:///autotaccl-runs/mlflow.db)")
+    add_tracking_uri_arg(p)
     p.add_argument("--experiment", action="append", help="experiment name, e.g. ndv2x2-allgather (repeatable; "
                                                          "default: every autotaccl experiment)")
     p.add_argument("-o", "--out", required=True, help="output directory (replaced atomically)")

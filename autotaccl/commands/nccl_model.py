@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from ..model.collectives import canonical_name
 from ..sizes import parse_size_range
-from .common import add_hardware_args, print_json, topology_from_args
+from .common import description, add_hardware_args, print_json, topology_from_args
 
 ELEMENT_BYTES = 4  # nccl-tests' count column for type float
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("nccl-model", help="predict stock NCCL's algorithm, protocol, channels and time per size",
-                                   description=__doc__.splitlines()[0])
+                                   description=description(__doc__))
     add_hardware_args(parser)
     parser.add_argument("--collective", required=True, help="allgather|reducescatter|allreduce|alltoall|broadcast")
     parser.add_argument("--sizes", default="8:8G:x2", help="MIN:MAX[:xFACTOR|:+STEP] or a list 1K,1M (default 8:8G:x2)")

@@ -15,13 +15,14 @@ from itertools import combinations
 from ..errors import InputError
 from ..safety import output_file, safe_name
 from ..sizes import format_size, parse_size_range
+from .common import description
 
 BENT = 0.25      # warn when a size between the sweep's ends is further than this from the fitted line
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("profile", help="measure link alpha/bandwidth with MPI ping-pong, write a profile",
-                              description=__doc__.splitlines()[0])
+                              description=description(__doc__))
     p.add_argument("--np", type=int, required=True, help="number of ranks (one per GPU)")
     p.add_argument("--hostfile", help="hostfile for mpiexec")
     p.add_argument("--launcher", default="mpiexec", help="mpiexec (default), srun, or a launcher path with arguments")

@@ -1,10 +1,12 @@
 """``autotaccl report``: an HTML page with busbw-vs-size, optimisation history and importance plots."""
 from __future__ import annotations
 
+from .common import add_tracking_uri_arg
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("report", help="HTML report (plots + per-size table) of tracked sweeps")
-    p.add_argument("--tracking-uri", required=True, help="MLflow tracking URI (e.g. sqlite:///autotaccl-runs/mlflow.db)")
+    add_tracking_uri_arg(p)
     p.add_argument("--experiment", action="append", help="experiment name (repeatable; default: all autotaccl ones)")
     p.add_argument("-o", "--out", required=True, help="output directory (replaced atomically)")
     p.set_defaults(func=run)

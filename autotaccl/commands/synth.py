@@ -18,7 +18,7 @@ REFERENCE_SIZE = 1 << 30
 def register(subparsers) -> None:
     parser = subparsers.add_parser("synth", help="synthesize an algorithm from a communication sketch")
     add_hardware_args(parser)
-    parser.add_argument("--collective", required=True, type=collective_arg,
+    parser.add_argument("--collective", required=True,
                         help="allgather | reducescatter | allreduce | alltoall | broadcast")
     parser.add_argument("--sketch", help="TACCL sketch JSON or YAML (default: the hardware's default sketch)")
     parser.add_argument("--size", default="1M", help="buffer size to synthesize for (nccl-tests convention; default 1M)")
@@ -34,20 +34,21 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    collective = collective_arg(args.collective)      # here, not as argparse's type: one line listing the names
     graph = topology_from_args(args)
     size = parse_size(args.size, "--size")
-    sketch = load_sketch(args.sketch) if args.sketch else default_sketch(graph, args.collective)
+    sketch = load_sketch(args.sketch) if args.sketch else default_sketch(graph, collective)
     engine = args.engine or sketch.engine or "milp"
     options = SynthOptions(engine=engine, solver=args.solver, time_limit=args.time_limit, threads=args.threads,
                            mip_gap=args.mip_gap, size=size)
-    result = synthesize(graph, args.collective, sketch, options)
+    result = synthesize(graph, collective, sketch, options)
     if args.output:
         try:
             save_algorithm(result.algorithm, args.output)
         except OSError as err:
             raise InputError(args.output, "-o", f"a writable path ({err.strerror})") from None
 
-    limits = bounds(graph, args.collective)
+    limits = bounds(graph, collective)
     sizes = sorted({size, REFERENCE_SIZE})
     simulated, baseline = [], []
     for s in sizes:
@@ -55,7 +56,7 @@ def run(args) -> int:
         simulated.append({"bytes": s, "time_us": sim.time_us, "algbw": sim.algbw_GBps,
                           "bound_algbw": bound_algbw(limits, s)})
         try:
-            name, _, base = best_baseline(graph, args.collective, s)
+            name, _, base = best_baseline(graph, collective, s)
             baseline.append({"bytes": s, "name": name, "time_us": base.time_us, "algbw": base.algbw_GBps})
         except InputError:
             baseline.append({"bytes": s, "name": None, "time_us": None, "algbw": None})
@@ -68,7 +69,7 @@ def run(args) -> int:
                     "transfers": len(result.algorithm.transfers), "simulated": simulated, "baseline": baseline,
                     "output": args.output})
         return 0
-    print(f"{args.collective} on {graph.graph['name']} ({engine}): {result.status}, "
+    print(f"{collective} on {graph.graph['name']} ({engine}): {result.status}, "
           f"{len(result.algorithm.transfers)} transfers in {result.algorithm.num_steps} steps")
     print(f"{'stage':<11} {'seconds':>8} {'vars':>7} {'cons':>7}  status      solver")
     for name, r in stages.items():

@@ -9,7 +9,7 @@ from dataclasses import replace
 from ..errors import InputError
 from ..sizes import format_size
 from ..tuning.samplers import SAMPLERS
-from .common import RUNNER_HELP, add_runner_option_arg, runner_options_from_args
+from .common import RUN_DIR, RUNNER_HELP, add_runner_option_arg, runner_options_from_args
 
 
 def register(subparsers) -> None:
@@ -39,9 +39,9 @@ def register(subparsers) -> None:
     p.add_argument("--heartbeat", type=float, default=60.0,
                    help="seconds between a running trial's heartbeats; a trial silent for 3 of them is failed "
                         "and retried by another worker (default 60)")
-    p.add_argument("--sampler", default="tpe", choices=SAMPLERS)
+    p.add_argument("--sampler", default="tpe", choices=SAMPLERS, help="Optuna sampler (default tpe)")
     p.add_argument("--seed", type=int, help="sampler seed")
-    p.add_argument("--out", default="autotaccl-runs", help="run directory (default ./autotaccl-runs)")
+    p.add_argument("--out", default=RUN_DIR, help=f"run directory (default ./{RUN_DIR})")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summaries as one JSON object")
     p.set_defaults(func=run)
@@ -101,7 +101,32 @@ def run(args) -> int:
         return 0
     for s in summaries:
         print(summary_table(s))
+    print(next_steps(args, summaries))
     return 0
+
+
+def next_steps(args, summaries) -> str:
+    """Where the sweep stored its study, runs and cache, and the commands that export, report and browse it."""
+    from pathlib import Path
+    from shlex import quote
+
+    from .. import tracking
+    from ..tuning.sweep import storage_spec
+
+    out = Path(args.out).resolve()
+    uri = args.tracking_uri or tracking.default_tracking_uri(out)
+    client = tracking.MlflowClient(tracking_uri=uri)
+    experiments = " ".join(f"--experiment {quote(client.get_experiment(s.experiment_id).name)}" for s in summaries)
+    source = f"--tracking-uri {quote(uri)}"
+    ui = source if args.tracking_uri else f"--out {quote(str(out))}"
+    return "\n".join([
+        "",
+        f"Optuna study     {storage_spec(args.storage, out)}",
+        f"MLflow runs      {uri}",
+        f"synthesis cache  {out / 'cache'}",
+        f"export:  autotaccl export {source} {experiments} -o autotaccl-export",
+        f"report:  autotaccl report {source} {experiments} -o autotaccl-report",
+        f"browse:  autotaccl ui {ui}"])
 
 
 class ProgressBar:

@@ -19,7 +19,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("ui", help="start the MLflow UI (127.0.0.1) on a sweep's tracking store")
     p.add_argument("--tracking-uri", help="MLflow store (default sqlite:///OUT/mlflow.db)")
     p.add_argument("--out", default="autotaccl-runs", help="run directory of `autotaccl tune` (default ./autotaccl-runs)")
-    p.add_argument("--port", type=int, default=5000)
+    p.add_argument("--port", type=int, default=5000, help="TCP port on 127.0.0.1 (default 5000)")
     p.add_argument("--startup-timeout", type=float, default=120.0, help="seconds to wait for the server")
     p.set_defaults(func=run)
 

@@ -1,7 +1,10 @@
 """HiGHS backend: numpy/CSR arrays straight into highspy; indicators become big-M rows."""
 from __future__ import annotations
 
+import ctypes
 import logging
+import os
+import sys
 import time
 
 import highspy
@@ -16,11 +19,29 @@ _KIND = {"C": highspy.HighsVarType.kContinuous, "I": highspy.HighsVarType.kInteg
          "B": highspy.HighsVarType.kInteger}
 
 
+def quiet_highs() -> highspy.Highs:
+    """A silent ``highspy.Highs``: its constructor prints HiGHS' banner from C before any option can be
+    set, so it runs with file descriptor 1 on /dev/null (C's buffers flushed before it is restored)."""
+    libc = ctypes.CDLL(None)
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "wb") as null:
+            sys.stdout.flush()
+            libc.fflush(None)
+            os.dup2(null.fileno(), 1)
+            h = highspy.Highs()
+            libc.fflush(None)
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    h.setOptionValue("output_flag", False)
+    return h
+
+
 def solve_highs(model: Model, options: SolverOptions, message: str = "") -> Solution:
     began = time.perf_counter()
     n = model.num_vars
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
+    h = quiet_highs()
     h.setOptionValue("time_limit", float(options.time_limit))
     h.setOptionValue("mip_rel_gap", float(options.mip_gap))
     h.setOptionValue("threads", int(options.threads))

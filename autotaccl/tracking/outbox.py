@@ -64,19 +64,30 @@ def pending_dir(out_dir: str | Path) -> Path:
     return Path(out_dir) / PENDING
 
 
-def record_key(parent_run_id: str, run_name: str) -> str:
-    """A sweep's child run is the one of its name under its parent run (``trial-7``, ``baseline-ring``)."""
-    return f"{parent_run_id}/{run_name}"
+def record_key(parent_run_id: str, key: str) -> str:
+    """A sweep's child run is the one of its key under its parent run (``trial-7``, ``baseline-ring``)."""
+    return f"{parent_run_id}/{key}"
+
+
+def trial_key(number: int) -> str:
+    """The key of trial ``number``'s run: its identity, whatever its (descriptive) run name."""
+    return f"trial-{number}"
+
+
+def key_number(key: str) -> int | None:
+    """The trial number of a :func:`trial_key` (None for other keys)."""
+    head, _, tail = key.partition("-")
+    return int(tail) if head == "trial" and tail.isdigit() else None
 
 
 def log_run(client, out_dir: str | Path, experiment_id: str, run_name: str, patient: bool = True,
-            **kwargs: Any) -> str | None:
+            key: str | None = None, **kwargs: Any) -> str | None:
     """``tracking.log_run`` with retries (one attempt unless ``patient``); None if the run was recorded
-    locally instead. A child run (``parent_run_id``) replaces the earlier runs of its name under that
-    parent (``record_key``)."""
+    locally instead. A child run (``parent_run_id``) replaces the earlier runs of its ``key`` (default:
+    its name) under that parent (``record_key``)."""
     global _down_until
     replaces = bool(kwargs.get("parent_run_id"))
-    record = record_key(kwargs["parent_run_id"], run_name) if replaces else uuid.uuid4().hex
+    record = record_key(kwargs["parent_run_id"], key or run_name) if replaces else uuid.uuid4().hex
     kwargs["tags"] = {**kwargs.get("tags", {}), RECORD: record}
     delays = DELAYS if patient and time.monotonic() >= _down_until else ()
     error: Exception | None = None

@@ -3,20 +3,21 @@
 Measured on this machine (ecosystem.md §2): a fresh SQLite store takes seconds to create and races when
 several processes create it, so the driver creates the store and the experiments once and workers only
 log into them, by experiment id (never ``set_experiment``). A child run is written with one
-``log_batch`` (4x faster than per-value calls), and per-size values use one metric key per size
-(``busbw_GBps.1048576``) because ``search_runs`` shows only the last step of a key.
+``log_batch`` (4x faster than per-value calls). Per-size values are logged twice: one metric key per size
+(``busbw_GBps.1048576``), because ``search_runs`` shows only the last step of a key, and one key per
+quantity with step = log2(bytes) (``busbw_GBps`` at step 20), which MLflow's charts draw as a curve.
 """
 from __future__ import annotations
 
-import json
 import logging
+import math
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME, MLFLOW_RUN_NOTE
 
 from .. import faults
 from ..errors import ParameterError
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 KIND = "autotaccl.kind"          # sweep | trial | baseline | nccl (stock NCCL predicted by nccl-model)
 STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
 PER_SIZE = ("time_us", "algbw_GBps", "busbw_GBps", "relative", "bound_pct")
+_QUANTITIES = dict(zip(("time_us", "algbw", "busbw", "relative", "bound_pct"), PER_SIZE))   # row field -> key
 
 # MLflow's SQL store logs every database error with its traceback ("SQLAlchemy database error ...") and then
 # raises it; the caller reports the error raised (a full disk: one line), so the log is only noise
@@ -134,8 +136,9 @@ def logged_sizes(frame) -> list[int]:
 
 
 def ensure_experiment(client: MlflowClient, name: str, artifact_root: Path | None,
-                      tags: Mapping[str, str], adopt: bool = False) -> str:
-    """The id of experiment ``name``, created with ``tags`` if the store has none of that name.
+                      tags: Mapping[str, str], adopt: bool = False, description: str = "") -> str:
+    """The id of experiment ``name``, created with ``tags`` and ``description`` (shown above its runs) if the
+    store has none of that name.
 
     An experiment of that name that autotaccl did not create (no ``autotaccl.target`` tag) is refused
     unless ``adopt`` (then it gets the tags), and so is a deleted one: runs logged into either would be
@@ -156,39 +159,47 @@ def ensure_experiment(client: MlflowClient, name: str, artifact_root: Path | Non
                 client.set_experiment_tag(existing.experiment_id, key, value)
         return existing.experiment_id
     location = (Path(artifact_root).resolve() / name).as_uri() if artifact_root else None
-    return client.create_experiment(name, artifact_location=location, tags=dict(tags))
-
-
-def flatten(data: Mapping[str, Any], prefix: str) -> dict[str, str]:
-    """``{"a": {"b": [1]}}`` -> ``{"prefix.a.b": "[1]"}`` (MLflow params are flat strings)."""
-    out: dict[str, str] = {}
-    for key, value in data.items():
-        name = f"{prefix}.{key}"
-        if isinstance(value, Mapping) and value and all(not str(k).isdigit() for k in value):
-            out.update(flatten(value, name))
-        else:
-            out[name] = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-    return out
+    tags = {**tags, MLFLOW_RUN_NOTE: description} if description else dict(tags)   # an experiment's note too
+    return client.create_experiment(name, artifact_location=location, tags=tags)
 
 
 def size_metrics(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     """One metric key per quantity and size: ``busbw_GBps.1048576``."""
-    names = {"time_us": "time_us", "algbw": "algbw_GBps", "busbw": "busbw_GBps", "relative": "relative",
-             "bound_pct": "bound_pct"}
-    out = {}
+    return {f"{key}.{int(row['size'])}": float(row[field])
+            for row in rows for field, key in _QUANTITIES.items() if row.get(field) is not None}
+
+
+def size_step(size: int) -> int:
+    """A size's step on the curves: log2 of its bytes, rounded (1K -> 10, 1M -> 20)."""
+    return round(math.log2(size))
+
+
+def size_curves(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[tuple[int, float]]]:
+    """Per quantity, its (step, value) points: one key each (``busbw_GBps``), step = :func:`size_step`."""
+    curves: dict[str, list[tuple[int, float]]] = {}
     for row in rows:
-        for field, key in names.items():
+        for field, key in _QUANTITIES.items():
             if row.get(field) is not None:
-                out[f"{key}.{int(row['size'])}"] = float(row[field])
-    return out
+                curves.setdefault(key, []).append((size_step(int(row["size"])), float(row[field])))
+    return curves
 
 
-def size_curve(rows: Iterable[Mapping[str, Any]], field: str = "busbw") -> list[tuple[int, float]]:
-    """(size, value) points: logged as one key with step = size, so MLflow's charts plot it against size.
+#: how trial run names abbreviate a knob with a number (others show their value)
+_SHORT = {"chunkup": "cu", "instances": "x"}
 
-    ``search_runs`` shows only the last step of such a key; selection uses the per-size keys.
-    """
-    return [(int(r["size"]), float(r[field])) for r in rows if r.get(field) is not None]
+
+def trial_run_name(number: int, params: Mapping[str, Any]) -> str:
+    """What the trial was, in the space's order: ``t12 greedy relay 0:1 cu2 LL128`` (a true flag by its
+    name, a false one left out)."""
+    words = [f"t{number}"]
+    for name, value in params.items():
+        if isinstance(value, bool):
+            words += [name] if value else []
+        elif isinstance(value, (int, float)):
+            words.append(f"{_SHORT.get(name, name)}{value:g}")
+        else:
+            words.append(str(value))
+    return " ".join(words)
 
 
 def log_run(client: MlflowClient, experiment_id: str, run_name: str, *, parent_run_id: str | None = None,
@@ -197,7 +208,7 @@ def log_run(client: MlflowClient, experiment_id: str, run_name: str, *, parent_r
             curves: Mapping[str, list[tuple[int, float]]] = {}) -> str:
     """One run: create, a single log_batch, artifacts (name -> text or bytes), terminate.
 
-    ``curves`` maps a key to (step, value) points (busbw against size).
+    ``curves`` maps a key to (step, value) points (:func:`size_curves`).
     """
     run_tags = {MLFLOW_RUN_NAME: run_name, **{k: str(v) for k, v in tags.items()}}
     if parent_run_id:

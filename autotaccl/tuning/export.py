@@ -183,8 +183,8 @@ def ranges_for(experiment, frame: pd.DataFrame, excluded: set[str], nccl: dict[i
     for i, group in enumerate(groups):
         run = group[0]["run"]
         nxt = groups[i + 1][0]["size"] - 1 if i + 1 < len(groups) else group[-1]["size"]
-        protocol = run.get("params.settings.protocol") or "Simple"
-        instances = int(float(run.get("params.settings.instances") or 1))
+        protocol = run.get("params.protocol") or "Simple"
+        instances = int(float(run.get("params.instances") or 1))
         out.append(Range(experiment.name, tags.get("autotaccl.collective", ""), tags.get("autotaccl.target", ""), ranks,
                          group[0]["size"], group[-1]["size"], 0 if i == 0 else group[0]["size"], nxt, _label(run),
                          run.run_id, protocol if isinstance(protocol, str) else "Simple", instances,

@@ -177,12 +177,12 @@ class Objective:
             tags["failure_reason" if state == "FAIL" else "prune_reason"] = reason[:5000]
         metrics: dict[str, float] = {}
         artifacts: dict[str, str | bytes] = {"hardware.yaml": self.hardware}    # with nodes: the topology
-        if "sketch" in record:
-            sketch_doc = sketch_to_dict(record["sketch"])
-            params.update(tracking.flatten(sketch_doc, "sketch"))
-            artifacts["sketch.json"] = json.dumps(sketch_doc, indent=1)
-        if "settings" in record:
-            params.update({f"settings.{k}": v for k, v in asdict(record["settings"]).items()})
+        if "sketch" in record:      # the sketch in full; its searched knobs are params under their own names
+            artifacts["sketch.json"] = json.dumps(sketch_to_dict(record["sketch"]), indent=1)
+        if "settings" in record:    # each setting once, under its knob's name, also where the space left it default
+            for knob, setting in asdict(record["settings"]).items():
+                if setting is not None:
+                    params.setdefault(knob, setting)
         if "options" in record:
             params.update({f"synth.{k}": v for k, v in asdict(record["options"]).items()})
         synth = record.get("synth")
@@ -199,23 +199,27 @@ class Objective:
                     tags["xml_error"] = str(err)[:2000]
                     trial.set_user_attr("xml_error", str(err)[:2000])
         results: list[SizeResult] | None = record.get("results")
-        curves = {}
+        curves: dict[str, list[tuple[int, float]]] = {}
         if results:
             frame = results_frame(results)
             metrics.update(tracking.size_metrics(frame.to_dict("records")))
-            curves["busbw_GBps"] = tracking.size_curve(frame.to_dict("records"))
+            curves = tracking.size_curves(frame.to_dict("records"))
             metrics["sim_objective"] = trial.user_attrs.get("sim_score", score(results))
             metrics["bound_pct_mean"] = float(frame["bound_pct"].mean())
             artifacts["measurements.csv"] = frame.to_csv(index=False)
             if "raw" in record:
                 artifacts[f"{cfg.runner}-raw.csv"] = record["raw"].to_csv(index=False)
+                environment = record["raw"].attrs.get("environment")    # runner-filtered (NCCL_*, MSCCL*)
+                if environment:
+                    artifacts[f"{cfg.runner}-environment.json"] = json.dumps(environment, indent=1, sort_keys=True)
             artifacts["busbw.png"] = self._plot(trial.number, results)
         if value is not None:
             metrics["objective"] = value
             tags["fidelity"] = record["fidelity"]
         tags["verified"] = "true" if state == "COMPLETE" else "false"
-        run_id = outbox.log_run(self.client, cfg.out_dir, cfg.experiment_id, f"trial-{trial.number}",
-                                parent_run_id=cfg.parent_run_id, params=params, metrics=metrics, tags=tags,
+        run_id = outbox.log_run(self.client, cfg.out_dir, cfg.experiment_id,
+                                tracking.trial_run_name(trial.number, record["params"]),
+                                key=outbox.trial_key(trial.number), parent_run_id=cfg.parent_run_id, params=params, metrics=metrics, tags=tags,
                                 artifacts=artifacts, state=state, curves=curves)
         if run_id is None:       # the tracking server was unreachable: recorded locally, replayed later
             trial.set_user_attr("mlflow_pending", str(cfg.out_dir))

@@ -85,7 +85,7 @@ def log_baselines(client, out: Path, experiment_id: str, parent: str, ref: Refer
         choices = {f"nccl.{s}": f"{a}/{p}/{c}" for s, (a, p, c) in zip(ref.sizes, ref.nccl_choices)}
         outbox.log_run(client, out, experiment_id, "nccl-model", parent_run_id=parent,
                        params={"collective": collective, "target": space.target_name, "model": "nccl-model"},
-                       metrics=tracking.size_metrics(rows), curves={"busbw_GBps": tracking.size_curve(rows)},
+                       metrics=tracking.size_metrics(rows), curves=tracking.size_curves(rows),
                        tags={tracking.KIND: "nccl", "collective": collective, "target": space.target_name,
                              "verified": "false", "state": "COMPLETE", **choices})
     for name, times in ref.times.items():
@@ -98,8 +98,8 @@ def log_baselines(client, out: Path, experiment_id: str, parent: str, ref: Refer
         how = {f"sim.{s}": f"{p}/{c}x{i}" for s, (p, c, i) in zip(ref.sizes, ref.sim_runs.get(name, ()))}
         outbox.log_run(client, out, experiment_id, f"baseline-{name}", parent_run_id=parent,
                        params={"baseline": name, "collective": collective, "target": space.target_name,
-                               "runner": ref.runner, "settings.protocol": "Simple", "settings.instances": 1},
-                       metrics=metrics, curves={"busbw_GBps": tracking.size_curve(rows)},
+                               "runner": ref.runner, "protocol": "Simple", "instances": 1},
+                       metrics=metrics, curves=tracking.size_curves(rows),
                        tags={tracking.KIND: "baseline", "baseline": name, "collective": collective,
                              "target": space.target_name, "verified": "true", "state": "COMPLETE", **how},
                        artifacts={"algorithm.json": json.dumps(to_json(ref.algorithm(name)))})
@@ -127,13 +127,14 @@ def reconcile(client, config: SweepConfig, study: optuna.Study) -> None:
     """Make the sweep's trial runs agree with the study (see the module docstring)."""
     runs = tracking.all_runs(client, config.experiment_id, f"tags.`mlflow.parentRunId` = '{config.parent_run_id}' "
                                                            f"and tags.`{tracking.KIND}` = 'trial'")
-    by_name: dict[str, list] = defaultdict(list)
+    by_number: dict[int, list] = defaultdict(list)
     for run in runs:
-        by_name[run.info.run_name].append(run)
-    pending = {r["run_name"] for r in outbox.pending_records(config.out_dir)
-               if r.get("parent_run_id") == config.parent_run_id}
+        if (n := outbox.key_number(run.data.tags.get(outbox.RECORD, "").rpartition("/")[2])) is not None:
+            by_number[n].append(run)
+    pending = {n for r in outbox.pending_records(config.out_dir) if r.get("parent_run_id") == config.parent_run_id
+               and (n := outbox.key_number(r["record"].rpartition("/")[2])) is not None}
     trials = study.get_trials(deepcopy=False)
-    lost = sorted(n for name in {*by_name, *pending} if (n := _number(name)) is not None and n >= len(trials))
+    lost = sorted(n for n in {*by_number, *pending} if n >= len(trials))
     if lost:
         raise InputError(config.storage if "://" not in config.storage else config.storage.split("@")[-1],
                          f"study {config.study_name}", f"every trial MLflow has a run of (it has trial {lost[-1]}, the "
@@ -142,8 +143,7 @@ def reconcile(client, config: SweepConfig, study: optuna.Study) -> None:
     for trial in trials:
         if not trial.state.is_finished():
             continue              # running (here or on another host) or queued: its worker logs it
-        name = f"trial-{trial.number}"
-        mine = by_name.get(name, [])
+        mine = by_number.get(trial.number, [])
         agree = [r for r in mine if r.info.status == tracking.STATUS[trial.state.name]
                  and r.data.tags.get("state") == trial.state.name]
         for run in mine:
@@ -151,7 +151,7 @@ def reconcile(client, config: SweepConfig, study: optuna.Study) -> None:
                 client.delete_run(run.info.run_id)
                 log.warning("%s: deleted run %s of trial %d (%s, but Optuna has it %s)", config.study_name,
                             run.info.run_id, trial.number, run.info.status, trial.state.name)
-        if agree or name in pending or _pending_elsewhere(trial, config):
+        if agree or trial.number in pending or _pending_elsewhere(trial, config):
             continue
         if trial.state == TrialState.COMPLETE:
             log.warning("%s: trial %d is COMPLETE but its MLflow run is gone: it cannot be exported",
@@ -161,10 +161,6 @@ def reconcile(client, config: SweepConfig, study: optuna.Study) -> None:
             "failed without a recorded reason"
         record_trial(client, config, trial, trial.state.name, reason)
 
-
-def _number(run_name: str) -> int | None:
-    head, _, tail = run_name.partition("-")
-    return int(tail) if head == "trial" and tail.isdigit() else None
 
 
 def _pending_elsewhere(trial, config: SweepConfig) -> bool:

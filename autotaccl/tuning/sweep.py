@@ -202,7 +202,8 @@ def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, o
     target_tags = {"autotaccl.target": space.target_name, "autotaccl.collective": collective,
                    "autotaccl.hardware": space.profile.name, "autotaccl.nodes": str(space.nodes)}
     artifact_root = out / "mlartifacts" if request.tracking_uri is None else None
-    experiment_id = tracking.ensure_experiment(client, name, artifact_root, target_tags, adopt=request.adopt)
+    experiment_id = tracking.ensure_experiment(client, name, artifact_root, target_tags, adopt=request.adopt,
+                                               description=experiment_description(space, collective, runner.name))
     parent = sweep_run(client, experiment_id, study, {
         "name": f"sweep-{study_name}",
         "params": {"space": space_path.name, "sizes": ",".join(map(str, space.sizes)), "runner": runner.name,
@@ -219,6 +220,19 @@ def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, o
     reconcile(client, config, study)
     config.save(config_path)
     return config, study
+
+
+def experiment_description(space: SearchSpace, collective: str, runner: str) -> str:
+    """What an experiment holds and how its metrics are named (MLflow shows it above the runs)."""
+    from ..sizes import format_size
+
+    return (f"autotaccl sweep: {collective} on {space.target_name} ({space.profile.gpus_per_node * space.nodes} GPUs), "
+            f"{format_size(space.sizes[0])} to {format_size(space.sizes[-1])}, measured by the {runner} runner.\n\n"
+            "Runs: the sweep (parent), one per trial named by what it tried (t12 greedy relay 0:1 cu2 LL128: trial "
+            "number, then the space's knobs), the NCCL-style baselines, and stock NCCL as nccl-model predicts it.\n\n"
+            f"Metrics: {', '.join(tracking.PER_SIZE)} per buffer size, as one key per size (busbw_GBps.1048576, "
+            "for search_runs and export) and as one curve per quantity with step = log2(bytes) (busbw_GBps at step "
+            "20 is 1 MiB), which the run's chart view plots against size.")
 
 
 def space_file(request: TuneRequest, space: SearchSpace, sweeps: Path, study_name: str) -> Path:

@@ -71,12 +71,13 @@ def test_report_renders_in_headless_chromium(swept, tmp_path):
     assert "ndv2x2-allgather" in dom and "busbw vs size" in dom
 
 
-def test_mlflow_ui_shows_the_sweep_and_a_trial_in_headless_chromium(swept):
-    out = swept
+@pytest.fixture(scope="module")
+def runs_url(swept):
+    """`autotaccl ui` on a free loopback port over the sweep: its runs table URL (the server stops after)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ui = subprocess.Popen([sys.executable, "-m", "autotaccl.cli", "ui", "--out", str(out), "--port", str(port)],
+    ui = subprocess.Popen([sys.executable, "-m", "autotaccl.cli", "ui", "--out", str(swept), "--port", str(port)],
                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
         lines = []
@@ -84,18 +85,50 @@ def test_mlflow_ui_shows_the_sweep_and_a_trial_in_headless_chromium(swept):
             lines.append(line)
             if "#/experiments/" in line:
                 break
-        runs_url = re.search(r"http://127\.0\.0\.1:\d+/#/experiments/\d+/runs", "".join(lines))
-        assert runs_url, lines
-        dom = dump_dom(runs_url.group(0))
-        assert "sweep-ndv2x2-allgather" in dom
-        mlflow.set_tracking_uri(f"sqlite:///{out / 'mlflow.db'}")
-        trial = mlflow.search_runs(experiment_names=["ndv2x2-allgather"],
-                                   filter_string="tags.mlflow.runName = 'trial-1'").run_id.iloc[0]
-        dom = dump_dom(f"{runs_url.group(0)}/{trial}")
-        assert "busbw_GBps.1048576" in dom and "trial-1" in dom
+        url = re.search(r"http://127\.0\.0\.1:\d+/#/experiments/\d+/runs", "".join(lines))
+        assert url, lines
+        yield url.group(0)
     finally:
         ui.send_signal(signal.SIGTERM)          # the command stops its server's process group
         try:
             ui.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(ui.pid, signal.SIGKILL)
+
+
+def trial_run(out, number: int):
+    mlflow.set_tracking_uri(f"sqlite:///{out / 'mlflow.db'}")
+    return mlflow.search_runs(experiment_names=["ndv2x2-allgather"],
+                              filter_string=f"tags.`optuna.trial` = '{number}'").iloc[0]
+
+
+def test_mlflow_ui_shows_the_sweep_and_a_trial_in_headless_chromium(swept, runs_url):
+    dom = dump_dom(runs_url)
+    assert "sweep-ndv2x2-allgather" in dom
+    trial = trial_run(swept, 1)
+    dom = dump_dom(f"{runs_url}/{trial.run_id}")
+    assert "busbw_GBps.1048576" in dom and trial["tags.mlflow.runName"] in dom
+
+
+def test_a_trial_chart_view_draws_its_per_size_curves(swept, runs_url, tmp_path):
+    """The run's "Model metrics" view: charts sort by key, so the first is the algbw_GBps curve (step = log2
+    bytes, a line rising with size) and the next a per-size key (one value, a bar with a flat top)."""
+    from matplotlib.image import imread
+
+    trial = trial_run(swept, 1)
+    shot = tmp_path / "chart.png"
+    # a long virtual-time budget: the charts load lazily, a short one catches their spinners
+    result = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000",
+                             "--virtual-time-budget=300000", f"--screenshot={shot}",
+                             f"{runs_url}/{trial.run_id}/model-metrics"], capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-2000:]
+    pixels = (imread(shot)[..., :3] * 255).astype(int)
+    assert len({tuple(p) for p in pixels[::7, ::7].reshape(-1, 3)}) > 50, "blank screenshot"
+    blue = pixels[..., 2] - pixels[..., 0] > 80           # the series colour of MLflow's charts
+
+    def tops(x0: int, x1: int) -> list[int]:              # per pixel column of a panel: the highest blue pixel
+        return [int(col.argmax()) for col in blue[300:520, x0:x1].T if col.any()]
+
+    curve, bar = tops(215, 470), tops(480, 735)
+    assert len(curve) > 50 and max(curve) - min(curve) > 100, "the first chart is not a curve over the sizes"
+    assert len(bar) > 100 and max(bar) - min(bar) <= 3, "the second chart is not one per-size value"

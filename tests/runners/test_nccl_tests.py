@@ -139,10 +139,19 @@ def test_environment_loads_the_xml_in_both_runtimes(tmp_path):
 
 STAND_IN = """#!{python}
 # Test double: stands in for a cluster's nccl-tests binary (no GPU here). It records its arguments and
-# the MSCCL environment, then prints (as rank 0) a table in nccl-tests 2.19's exact format.
-import json, os, sys
+# the MSCCL environment, then prints (as rank 0) a table in nccl-tests 2.19's exact format and, given
+# -J FILE.json, writes FILE.json as nccl-tests' JSON writer (version 3) lays it out: the whole process
+# environment in "env", times at full precision. With STAND_IN_NO_JSON set it is an older nccl-tests:
+# -J is an invalid option, answered with the usage and exit status 0.
+import json, os, sys, time
 args = sys.argv[1:]
 opt = {{args[i]: args[i + 1] for i in range(0, len(args) - 1, 2)}}
+if "-J" in opt and os.environ.get("STAND_IN_NO_JSON"):
+    with open(os.path.join(os.path.dirname(__file__), "calls.jsonl"), "a") as f:
+        f.write(json.dumps({{"argv": sys.argv, "env": {{}}, "rank": os.environ.get("PMI_RANK")}}) + "\\n")
+    print("invalid option 'J'")
+    print("USAGE: %s \\n\\t[-t,--nthreads <num threads>] \\n\\t[-h,--help]" % sys.argv[0])
+    sys.exit(0)
 keys = ("MSCCL_XML_FILES", "NCCL_ALGO", "NCCL_MSCCL_ENABLE", "MSCCL_ALGO_DIR", "NCCL_DEBUG")
 with open(os.path.join(os.path.dirname(__file__), "calls.jsonl"), "a") as f:
     f.write(json.dumps({{"argv": sys.argv, "env": {{k: os.environ.get(k) for k in keys}},
@@ -151,19 +160,34 @@ if os.environ.get("PMI_RANK", "0") != "0":
     sys.exit(0)
 n, b, e, f = 2, int(opt["-b"]), int(opt["-e"]), int(opt["-f"])
 wrong = int(os.environ.get("STAND_IN_WRONG", "0"))
+if "-J" in opt:
+    print("# Writing JSON output to %s" % opt["-J"])
 print("# nccl-tests version 2.19.6 nccl-headers=22703 nccl-library=22703")
 print("# Collective test starting: all_gather_perf")
 print("node01:1:1 [0] NCCL INFO Connected 1 MSCCL algorithms")
 print("#" + " " * 62 + "out-of-place" + " " * 23 + "in-place")
+results = []
 size = b
 while size <= e:
     t = 10.0 + size / 1e4
     alg = size / t / 1e3
     cells = "".join("  %7.2f  %6.2f  %6.2f  %6g" % (t, alg, alg * (n - 1) / n, wrong) for _ in range(2))
     print("%12li  %12li  %8s  %6s  %6i" % (size, size // 4 // n, "float", "none", -1) + cells)
+    cell = {{"time": round(t, 6), "alg_bw": round(alg, 6), "bus_bw": round(alg * (n - 1) / n, 6), "nwrong": wrong}}
+    results.append({{"size": size, "count": size // 4 // n, "type": "float", "redop": "none", "root": "    -1",
+                    "out_of_place": cell, "in_place": cell, "actual_iterations": int(opt["-n"]),
+                    "experiment_name": ""}})
     size *= f
 print("# Out of bounds values : %d %s" % (wrong, "OK" if not wrong else "FAILED"))
 print("# Avg bus bandwidth    : 1 ")
+if "-J" in opt:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    with open(opt["-J"], "x") as out:
+        json.dump({{"version": 3, "start_time": stamp, "args": sys.argv, "env": ["%s=%s" % kv for kv in os.environ.items()],
+                   "nccl_version": 22703, "config": {{"nthreads": 1, "ngpus": 1}}, "devices": [], "results": results,
+                   "out_of_bounds": {{"count": wrong, "okay": "true" if not wrong else "false"}},
+                   "average_bus_bandwidth": {{"bandwidth": 1.0, "okay": "unchecked"}}, "errors": [],
+                   "end_time": stamp}}, out)
 sys.exit(1 if wrong else 0)
 """
 
@@ -190,13 +214,58 @@ def test_runner_launches_with_the_xml_loaded_and_parses_the_table(stand_in, tmp_
     assert sorted(c["rank"] for c in calls) == ["0", "1"]          # one process per rank, both launched
     argv = calls[0]["argv"][1:]
     assert argv == ["-b", "4096", "-e", "16384", "-f", "2", "-g", "1", "-c", "1", "-n", "7", "-w", "3",
-                    "-d", "float", "-o", "sum"]
+                    "-d", "float", "-o", "sum", "-J", str((tmp_path / "work" / "nccl-tests-0.json").resolve())]
     env = calls[0]["env"]
     assert env["MSCCL_XML_FILES"] == str(XML.resolve()) and env["NCCL_ALGO"] == "MSCCL,RING,TREE"
     assert env["NCCL_MSCCL_ENABLE"] == "1" and os.listdir(env["MSCCL_ALGO_DIR"]) == [XML.name]
     assert list(df["size"]) == [4096, 4096, 8192, 8192, 16384, 16384]
     assert (df["wrong"] == 0).all() and df.attrs["msccl_loaded"]
     assert (df["algbw"] - (df["size"] / df["time_us"] / 1e3)).abs().max() < 0.01
+
+
+def run_alone(stand_in, tmp_path, sizes):
+    """The stand-in as rank 0 of a one-rank job, the launcher line being ``env`` (no MPI needed)."""
+    options = NcclTestsOptions(binary=str(stand_in), launcher="env", timeout=60, workdir=str(tmp_path / "work"))
+    return get_runner("nccl-tests").measure(str(XML), sizes, options)
+
+
+def calls(stand_in) -> list[list[str]]:
+    return [json.loads(line)["argv"][1:] for line in (stand_in.parent / "calls.jsonl").read_text().splitlines()]
+
+
+def test_json_output_is_read_where_the_binary_writes_it_keeping_only_nccl_and_msccl_variables(
+        stand_in, tmp_path, monkeypatch):
+    monkeypatch.setenv("NCCL_IB_HCA", "mlx5_0")
+    monkeypatch.setenv("STAND_IN_API_TOKEN", "do-not-log")
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "nccl-tests-0.json").write_text("{}")     # a leftover: nccl-tests would write FILE.0
+    df = run_alone(stand_in, tmp_path, [4096, 8192])
+    (argv,) = calls(stand_in)
+    assert argv[-2:] == ["-J", str((tmp_path / "work" / "nccl-tests-0.json").resolve())]
+    assert list(df["size"]) == [4096, 4096, 8192, 8192]
+    assert list(df["time_us"]) == [10.4096, 10.4096, 10.8192, 10.8192]     # the text says 10.41, 10.82
+    env = df.attrs["environment"]
+    assert env["NCCL_IB_HCA"] == "mlx5_0" and env["MSCCL_XML_FILES"] == str(XML.resolve())
+    assert env["NCCL_ALGO"] == "MSCCL,RING,TREE" and env["NCCL_DEBUG"] == "INFO"
+    assert all(k.startswith(("NCCL_", "MSCCL")) for k in env) and "do-not-log" not in json.dumps(env)
+
+
+def test_a_binary_without_json_output_is_read_from_its_text_and_not_asked_again(stand_in, tmp_path, monkeypatch):
+    monkeypatch.setenv("STAND_IN_NO_JSON", "1")
+    df = run_alone(stand_in, tmp_path, [4096, 8192])
+    first, second = calls(stand_in)
+    assert first[-2] == "-J" and "-J" not in second             # refused, then run as before
+    assert list(df["time_us"]) == [10.41, 10.41, 10.82, 10.82] and df.attrs["environment"] == {}
+    run_alone(stand_in, tmp_path, [4096])
+    assert "-J" not in calls(stand_in)[2]                       # it is remembered
+
+
+def test_a_json_file_out_of_sight_falls_back_to_the_text(stand_in, tmp_path, monkeypatch):
+    """Rank 0 on another node writes its -J file there: the same table comes from the text."""
+    stand_in.write_text(stand_in.read_text().replace('with open(opt["-J"], "x") as out:',
+                                                     'with open(os.devnull, "w") as out:'))
+    df = run_alone(stand_in, tmp_path, [4096])
+    assert list(df["time_us"]) == [10.41, 10.41] and df.attrs["environment"] == {}
 
 
 @pytest.mark.mpi

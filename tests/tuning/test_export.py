@@ -62,7 +62,7 @@ def test_table_picks_the_fastest_verified_run_at_every_size(exported):
             chosen = trials[trials.run_id == row.run_id].iloc[0]     # a tie may keep the previous size's winner
             assert chosen[col] == best_trial[col]
             assert row.winner == f"trial-{chosen['tags.optuna.trial']}"
-            assert row.protocol == chosen["params.settings.protocol"]
+            assert row.protocol == chosen["params.protocol"]
         else:
             assert row.winner == f"baseline:{best_base['tags.baseline']}"
             assert pd.isna(row.xml) or row.xml == ""

@@ -39,8 +39,8 @@ def test_sweep_records_every_trial_in_mlflow(sweep):
     children = df[df["tags.autotaccl.kind"] != "sweep"]
     assert (children["tags.mlflow.parentRunId"] == parent).all()
     trials = df[df["tags.autotaccl.kind"] == "trial"]
-    for column in ("params.internode_conn", "params.chunkup", "params.sketch.hyperparameters.input_chunkup",
-                   "params.settings.protocol", "tags.sketch_key", "tags.state", "tags.solver_status"):
+    for column in ("params.internode_conn", "params.chunkup", "params.protocol", "params.engine",
+                   "params.instances", "tags.sketch_key", "tags.state", "tags.solver_status"):
         assert trials[column].notna().all(), column
     for size in SIZES:                          # one metric column per size, as search_runs shows them
         for key in ("time_us", "algbw_GBps", "busbw_GBps", "bound_pct"):
@@ -49,8 +49,8 @@ def test_sweep_records_every_trial_in_mlflow(sweep):
     assert len(ok) == summary.counts["COMPLETE"] >= 1
     client = mlflow.MlflowClient()
     curve = client.get_metric_history(ok.run_id.iloc[0], "busbw_GBps")    # for MLflow's own charts
-    assert sorted(m.step for m in curve) == SIZES
-    assert {m.step: m.value for m in curve}[SIZES[-1]] == pytest.approx(ok[f"metrics.busbw_GBps.{SIZES[-1]}"].iloc[0])
+    assert sorted(m.step for m in curve) == [10, 16, 22]                    # log2 of 1K, 64K, 4M
+    assert {m.step: m.value for m in curve}[22] == pytest.approx(ok[f"metrics.busbw_GBps.{SIZES[-1]}"].iloc[0])
     names = {a.path for a in client.list_artifacts(ok.run_id.iloc[0])}
     assert {"sketch.json", "algorithm.json", "measurements.csv", "busbw.png"} <= names
     sketch = json.loads(Path(client.download_artifacts(ok.run_id.iloc[0], "sketch.json", str(out))).read_text())
@@ -401,3 +401,32 @@ def test_a_space_object_runs_in_worker_processes(tmp_path):
     assert all(not t.user_attrs["worker"].endswith(f":{os.getpid()}") for t in finished)   # run by the workers
     trials = runs(out)
     assert (trials["tags.autotaccl.kind"] == "trial").sum() == 3
+
+
+def test_runs_compare_usefully_in_mlflow(sweep):
+    """Issue 12 item 7, through search_runs: what a trial was is its name, each setting has one column,
+    per-size quantities are curves over log2(bytes) beside their per-size keys, the experiment says what it holds."""
+    _, _, out, _, (summary,) = sweep
+    df = runs(out)
+    trials = df[df["tags.autotaccl.kind"] == "trial"]
+    for _, run in trials.iterrows():
+        words = [f"t{run['tags.optuna.trial']}", run["params.engine"], run["params.internode_conn"]]
+        words += [run["params.relay_map"]] if run["params.internode_conn"] == "relay" else []
+        words += [f"cu{run['params.chunkup']}", run["params.protocol"]]
+        assert run["tags.mlflow.runName"] == " ".join(words)
+    assert not [c for c in df.columns if c.startswith(("params.settings.", "params.sketch."))]
+    bases = df[df["tags.autotaccl.kind"] == "baseline"]
+    assert set(bases["params.protocol"]) == {"Simple"} and set(bases["params.instances"]) == {"1"}
+    mlflow.set_tracking_uri(f"sqlite:///{out / 'mlflow.db'}")
+    for protocol in set(trials["params.protocol"]):
+        found = mlflow.search_runs(experiment_names=["ndv2x2-allgather"],
+                                   filter_string=f"params.protocol = '{protocol}' and tags.`autotaccl.kind` = 'trial'")
+        assert set(found.run_id) == set(trials[trials["params.protocol"] == protocol].run_id)
+    client = mlflow.MlflowClient()
+    for _, run in df[df["tags.state"] == "COMPLETE"].iterrows():      # trials, baselines, the NCCL model
+        for key in ("time_us", "algbw_GBps", "busbw_GBps", "bound_pct"):
+            points = {m.step: m.value for m in client.get_metric_history(run.run_id, key)}
+            assert points == pytest.approx({size.bit_length() - 1: run[f"metrics.{key}.{size}"] for size in SIZES}), \
+                (run["tags.mlflow.runName"], key)
+    note = client.get_experiment(summary.experiment_id).tags["mlflow.note.content"]
+    assert "allgather on ndv2x2 (16 GPUs), 1K to 4M" in note and "step = log2(bytes)" in note

@@ -5,8 +5,9 @@ There is no GPU here, so ``STAND_IN`` is a test double standing in for a cluster
 (all_gather_perf). Launched by the real mpiexec on every rank, rank 0 checks that the MSCCL environment
 names an XML file that exists, is for this many ranks and passes ``autotaccl.formats.msccl.check_xml``, then
 prints nccl-tests 2.19-format rows for the requested -b/-e/-f sizes with times derived from the XML
-(its step count and protocol) and logs what it was given and printed. It reports wrong elements
-(#wrong > 0) for LL128 XML, as a cluster would for an algorithm that computes a wrong result.
+(its step count and protocol) and logs what it was given and printed; asked for -J FILE.json, it also
+writes those rows as nccl-tests' JSON writer does, with its whole environment in "env". It reports wrong
+elements (#wrong > 0) for LL128 XML, as a cluster would for an algorithm that computes a wrong result.
 """
 from __future__ import annotations
 
@@ -52,17 +53,23 @@ print("# nccl-tests version 2.19.6 nccl-headers=22703 nccl-library=22703")
 print("# Collective test starting: all_gather_perf")
 print("node01:1:1 [0] NCCL INFO Connected 1 MSCCL algorithms")
 print("#" + " " * 62 + "out-of-place" + " " * 23 + "in-place")
-printed = {{}}
+printed, results = {{}}, []
 size = b
 while size <= e:
     t = round(5.0 + per_step * report.stats["steps"] + size / 2e3, 2)
     printed[size] = t
-    cells = ""
-    for time in (t, t + 1.0):            # in-place is slower here: the runner must take out-of-place
+    cells, record = "", {{"size": size, "count": size // 4, "type": "float", "redop": "none", "root": "    -1"}}
+    for time, key in ((t, "out_of_place"), (t + 1.0, "in_place")):   # in-place is slower: the runner takes out-of-place
         alg = size / time / 1e3
         cells += "  %7.2f  %6.2f  %6.2f  %6i" % (time, alg, alg * (ranks - 1) / ranks, wrong)
+        record[key] = {{"time": time, "alg_bw": alg, "bus_bw": alg * (ranks - 1) / ranks, "nwrong": wrong}}
     print("%12li  %12li  %8s  %6s  %6i" % (size, size // 4, "float", "none", -1) + cells)
+    results.append(record)
     size *= f
+if "-J" in opt:
+    with open(opt["-J"], "x") as out:
+        json.dump({{"version": 3, "args": sys.argv, "env": ["%s=%s" % kv for kv in os.environ.items()],
+                   "nccl_version": 22703, "results": results}}, out)
 print("# Out of bounds values : %d %s" % (wrong, "FAILED" if wrong else "OK"))
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "calls.jsonl"), "a") as log:
     log.write(json.dumps({{"xml": open(path).read(), "proto": proto, "ranks": ranks, "times": printed}}) + "\\n")
@@ -120,6 +127,10 @@ def test_trials_are_measured_by_nccl_tests_with_their_own_xml(sweep):
             assert t.user_attrs["results"][SIZES.index(size)]["time_us"] == pytest.approx(call["times"][str(size)])
         measured[proto] = [call["times"][str(s)] for s in SIZES]
     assert measured["Simple"] != measured["LL"]                        # different XML, different times
+    env = json.loads(open(client.download_artifacts(mine.loc["LL"].run_id, "nccl-tests-environment.json",
+                                                    str(tmp))).read())    # from the -J file: NCCL_*, MSCCL* only
+    assert env["NCCL_ALGO"] == "MSCCL,RING,TREE" and env["NCCL_MSCCL_ENABLE"] == "1" and "MSCCL_XML_FILES" in env
+    assert all(k.startswith(("NCCL_", "MSCCL")) for k in env) and "PATH" not in env
     base = df[df["tags.autotaccl.kind"] == "baseline"]
     assert len(base) >= 1 and (base["params.runner"] == "nccl-tests").all()
 
