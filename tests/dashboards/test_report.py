@@ -41,10 +41,12 @@ def test_report_has_every_plot_and_the_table(tracked, capsys):
     assert main(["report", "--tracking-uri", uri, "-o", str(target)]) == 0
     assert str(target / "index.html") in capsys.readouterr().out
     page = (target / "index.html").read_text()
-    for name in ("ndv2x2-allgather-busbw.png", "ndv2x2-allgather-history.png", "ndv2x2-allgather-importances.png"):
+    for name in ("ndv2x2-allgather-busbw.png", "ndv2x2-allgather-time.png", "ndv2x2-allgather-history.png",
+                 "ndv2x2-allgather-importances.png"):
         assert f'src="{name}"' in page
         assert (target / name).read_bytes().startswith(PNG)
-    assert page.count("<tr>") == 1 + 3                   # header + one row per size
+    sizes = page.split('<table class="sizes">')[1].split("</table>")[0]
+    assert sizes.count("<tr>") == 1 + 3                  # header + one row per size
     assert "hierarchical" in page and "% of bound" in page
 
 
@@ -53,7 +55,10 @@ def test_names_are_escaped(tracked):
     mlflow.set_tracking_uri(uri)
     frame = mlflow.search_runs(experiment_names=["ndv2x2-allgather"])
     frame.loc[frame["tags.autotaccl.kind"] == "baseline", "tags.baseline"] = "<script>alert(1)</script>"
-    html = experiment_section(SimpleNamespace(name="x<b>&y"), frame, tracked[0])
+    client = mlflow.MlflowClient()
+    real = client.get_experiment_by_name("ndv2x2-allgather")
+    experiment = SimpleNamespace(name="x<b>&y", experiment_id=real.experiment_id, tags=real.tags)
+    html, _ = experiment_section(experiment, frame, tracked[0], client)
     assert "<script>" not in html and "&lt;script&gt;" in html
     assert "x&lt;b&gt;&amp;y" in html and "<b>" not in html
 
