@@ -327,3 +327,31 @@ def test_a_run_still_running_never_wins_even_if_faster(exported):
         assert all(r["run"].run_id != run.info.run_id for r in winners(frame, SIZES, set()))
     finally:
         client.delete_run(run.info.run_id)
+
+
+def test_knobs_the_runner_cannot_tell_apart_are_exported_at_the_default_and_marked():
+    """The mpi runner moves the algorithm's bytes without a protocol or instances: a trial's LL128 x2 is
+    exported as Simple x1 and marked "not measured"; the simulator and runtime-file runners measure both."""
+    from types import SimpleNamespace
+
+    from runners import get_runner
+
+    from autotaccl.tuning.export import markdown, ranges_for, table_frame
+    from autotaccl.tuning.lowered import unmeasured_settings
+
+    assert unmeasured_settings(get_runner("mpi")) == ("protocol", "instances")
+    assert unmeasured_settings(get_runner("sim")) == () == unmeasured_settings(get_runner("nccl-tests"))
+    frame = pd.DataFrame([
+        {"run_id": "b", "tags.autotaccl.kind": "baseline", "tags.baseline": "ring", "metrics.time_us.1024": 50.0},
+        {"run_id": "t", "tags.autotaccl.kind": "trial", "tags.baseline": None, "tags.optuna.trial": "4",
+         "params.settings.protocol": "LL128", "params.settings.instances": "2", "params.settings.engine": "greedy",
+         "params.chunkup": "2", "metrics.time_us.1024": 10.0}])
+    experiment = SimpleNamespace(name="x-allgather", tags={"autotaccl.collective": "allgather", "autotaccl.nodes": "2"})
+    (measured,) = ranges_for(experiment, frame, set())
+    assert (measured.protocol, measured.instances, measured.not_measured) == ("LL128", 2, ())
+    (rng,) = ranges_for(experiment, frame, set(), not_measured=("protocol", "instances"))
+    assert (rng.protocol, rng.instances, rng.not_measured) == ("Simple", 1, ("protocol", "instances"))
+    assert rng.config == (("chunkup", "2"),) and rng.engine == "greedy" and rng.max_bytes is None
+    table = table_frame([rng])
+    assert table.not_measured.iloc[0] == "protocol (not measured);instances (not measured)"
+    assert "Simple (not measured) | 1 (not measured)" in markdown(table)
