@@ -81,13 +81,18 @@ def test_table_picks_the_fastest_verified_run_at_every_size(exported):
             assert row.xml == "" and row.msccl.startswith("stock NCCL")
 
 
-def test_summary_table_report_and_parent_run_name_the_same_winner(swept, exported, tmp_path):
+def test_summary_table_report_and_parent_run_name_the_same_winner(swept, exported, tmp_path, capsys):
     uri, target, runs, _ = exported
-    summary = swept[2]
+    tmp, _, summary = swept
     assert main(["report", "--tracking-uri", uri, "--experiment", "ndv2x2-allgather", "-o", str(tmp_path / "r")]) == 0
+    capsys.readouterr()
+    # the sweep is complete: `tune --json` runs no trial and prints the summary again
+    assert main(["tune", "--space", str(tmp / "space.yaml"), "--trials", "6", "--out", str(tmp / "runs"),
+                 "--sampler", "random", "--seed", "3", "--json"]) == 0
+    (printed,) = json.loads(capsys.readouterr().out)
     table = json.loads((target / "table.json").read_text())["winners"]
     report = json.loads((tmp_path / "r" / "report.json").read_text())["winners"]
-    assert summary.winners == table == report
+    assert summary.winners == printed["winners"] == table == report
     assert [w["bytes"] for w in table] == SIZES and {w["collective"] for w in table} == {"allgather"}
     parent = runs[runs["tags.autotaccl.kind"] == "sweep"].iloc[0]
     assert [parent[f"tags.winner.{s}"] for s in SIZES] == [str(w["trial"]) for w in table]
@@ -355,3 +360,34 @@ def test_knobs_the_runner_cannot_tell_apart_are_exported_at_the_default_and_mark
     table = table_frame([rng])
     assert table.not_measured.iloc[0] == "protocol (not measured);instances (not measured)"
     assert "Simple (not measured) | 1 (not measured)" in markdown(table)
+
+
+def test_an_exact_three_way_tie_goes_to_the_same_trial_everywhere(tmp_path, capsys):
+    """mip_gap does nothing to the greedy engine: three trials synthesize the same algorithm and tie exactly.
+    Before one rule, the summary, the table and the report broke such a tie three different ways."""
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({
+        "target": {"hardware": "ndv2", "nodes": 2, "collective": "allgather"}, "sizes": "1K,32M",
+        "fixed": {"engine": "greedy", "internode_conn": "relay", "relay_map": "1:0", "symmetry": "8/16", "chunkup": 1},
+        "parameters": {"mip_gap": {"type": "categorical", "choices": [0.0, 0.01, 0.02]}}}, sort_keys=False))
+    out = tmp_path / "runs"
+    fresh_store(out)
+    assert main(["tune", "--space", str(space), "--trials", "3", "--out", str(out), "--sampler", "bruteforce",
+                 "--json"]) == 0
+    (printed,) = json.loads(capsys.readouterr().out)
+    uri = f"sqlite:///{out / 'mlflow.db'}"
+    assert main(["export", "--tracking-uri", uri, "-o", str(tmp_path / "export")]) == 0
+    assert main(["report", "--tracking-uri", uri, "-o", str(tmp_path / "report")]) == 0
+    mlflow.set_tracking_uri(uri)
+    runs = mlflow.search_runs(experiment_names=["ndv2x2-allgather"])
+    trials = runs[runs["tags.autotaccl.kind"] == "trial"]
+    big = trials["metrics.time_us.33554432"]
+    assert len(trials) == 3 and big.nunique() == 1 and trials["metrics.steps"].nunique() == 1   # an exact tie
+    assert big.iloc[0] < runs.loc[runs["tags.autotaccl.kind"] == "baseline", "metrics.time_us.33554432"].min()
+    expected = [{"collective": "allgather", "bytes": 1024, "trial": printed["winners"][0]["trial"]},
+                {"collective": "allgather", "bytes": 33554432, "trial": 0}]            # the earliest trial
+    assert printed["winners"] == expected
+    assert json.loads((tmp_path / "export" / "table.json").read_text())["winners"] == expected
+    assert json.loads((tmp_path / "report" / "report.json").read_text())["winners"] == expected
+    parent = runs[runs["tags.autotaccl.kind"] == "sweep"].iloc[0]
+    assert parent["tags.winner.33554432"] == "0"
