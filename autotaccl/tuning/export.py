@@ -38,7 +38,7 @@ from ..safety import replaced_dir
 from ..sizes import format_size
 from . import runtimes as rt
 from .lowered import check, lower_plan_text, lower_xml
-from .winners import pick, record, run_entries
+from .winners import exportable, pick, record, run_entries
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,6 @@ class Range:
     config: tuple[tuple[str, str], ...] = ()    # the sampled parameters of the winning trial
     not_measured: tuple[str, ...] = ()     # settings the runner cannot tell apart: exported at the default
     bound_pct: tuple[float, ...] = ()
-    busbw: tuple[float, ...] = ()
     nccl_choice: tuple[tuple[str, str, int], ...] = ()   # per size: nccl-model's (algorithm, protocol, channels)
     xml: str = ""                          # msccl/<file> (synthesized winners)
     legacy_xml: str = ""                   # msccl-legacy/<file>
@@ -128,11 +127,6 @@ def nccl_run(experiment_id: str) -> tuple[dict[int, float], dict[int, tuple[str,
     return times, choices
 
 
-def nccl_times(experiment_id: str) -> dict[int, float]:
-    """Size -> stock NCCL's predicted time (see :func:`nccl_run`)."""
-    return nccl_run(experiment_id)[0]
-
-
 def candidates(client, experiment_id: str) -> pd.DataFrame:
     """Verified, finished trials and baselines of an experiment, measured by the runner of its latest sweep."""
     import mlflow
@@ -162,7 +156,7 @@ def excluded_runs(frame: pd.DataFrame) -> set[str]:
     """Trials whose XML already failed to lower during the sweep: they cannot be exported (tag xml_error)."""
     if "tags.xml_error" not in frame:
         return set()
-    return set(frame.run_id[frame["tags.xml_error"].notna() & (frame["tags.xml_error"] != "")])
+    return set(frame.run_id[~frame["tags.xml_error"].map(exportable)])
 
 
 def winners(frame: pd.DataFrame, sizes: Sequence[int], excluded: set[str]) -> list[dict]:
@@ -235,8 +229,8 @@ def ranges_for(experiment, frame: pd.DataFrame, excluded: set[str], nccl: dict[i
             tuple(r["baseline_time_us"] for r in group),
             tuple(nccl[r["size"]] for r in group) if all(r["size"] in nccl for r in group) else (),
             trial=group[0]["trial"], nodes=nodes,
-            engine=_param(run, "settings.engine", "engine") or ("baseline" if group[0]["trial"] else ""),
-            config=_config(run), not_measured=skipped, bound_pct=per("bound_pct"), busbw=per("busbw_GBps"),
+            engine=_param(run, "settings.engine", "engine") or ("baseline" if isinstance(group[0]["trial"], str) else ""),
+            config=_config(run), not_measured=skipped, bound_pct=per("bound_pct"),
             nccl_choice=tuple(choices[r["size"]] for r in group) if all(r["size"] in choices for r in group)
             else (), swept=tuple(r["size"] for r in group)))
     return out

@@ -54,17 +54,17 @@ def record(collective: str, size: int, trial: int | str) -> dict:
     return {"collective": collective, "bytes": int(size), "trial": trial}
 
 
-def exportable(attrs_or_tags: Any, key: str = "xml_error") -> bool:
-    """A candidate whose MSCCL XML did not lower during the sweep cannot be exported, so it never wins."""
-    value = attrs_or_tags.get(key)
-    return value is None or value != value or value == ""
+def exportable(xml_error: Any) -> bool:
+    """A trial whose MSCCL XML did not lower during the sweep (its ``xml_error``: an Optuna user attr, an
+    MLflow tag; None, NaN or empty when it did) cannot be exported, so it never wins."""
+    return xml_error is None or xml_error != xml_error or xml_error == ""
 
 
 def trial_entries(trials: Iterable[Any], index: int) -> list[Entry]:
     """The completed, exportable Optuna trials (``FrozenTrial``) at size index ``index``."""
     return [Entry(t.number, float(t.user_attrs["results"][index]["time_us"]), int(t.user_attrs.get("steps", 0)),
                   int(t.user_attrs.get("transfers", 0)), bool(t.user_attrs.get("cache_hit", False)), t)
-            for t in trials if "results" in t.user_attrs and exportable(t.user_attrs)]
+            for t in trials if "results" in t.user_attrs and exportable(t.user_attrs.get("xml_error"))]
 
 
 def run_entries(runs: Any, size: int) -> list[Entry]:
