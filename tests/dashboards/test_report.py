@@ -68,3 +68,27 @@ def test_unknown_experiment_is_exit_2(tracked, capsys):
     assert main(["report", "--tracking-uri", uri, "--experiment", "none-such", "-o", str(tmp / "r2")]) == 2
     assert "--experiment: none-such" in capsys.readouterr().err
     assert not (tmp / "r2").exists()
+
+
+def test_report_links_the_export_it_is_given_and_names_its_winners(tracked, capsys):
+    import json
+    import re
+
+    tmp, uri = tracked
+    assert main(["report", "--tracking-uri", uri, "--export", str(tmp / "nowhere"), "-o", str(tmp / "r3")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--export" in err and not (tmp / "r3").exists()
+    assert main(["export", "--tracking-uri", uri, "-o", str(tmp / "exp")]) == 0
+    moved = tmp / "elsewhere"
+    (tmp / "exp").rename(moved)                 # the export's own record now points at a missing directory
+    assert main(["report", "--tracking-uri", uri, "-o", str(tmp / "r4")]) == 0
+    assert "No export of this experiment found" in (tmp / "r4" / "index.html").read_text()
+    assert main(["report", "--tracking-uri", uri, "--export", str(moved), "-o", str(tmp / "r5")]) == 0
+    page = (tmp / "r5" / "index.html").read_text()
+    links = re.findall(r'<a href="([^"]+)"', page)
+    assert all((tmp / "r5" / link).resolve().is_file() for link in links) and any("elsewhere" in li for li in links)
+    table = json.loads((moved / "table.json").read_text())
+    assert json.loads((tmp / "r5" / "report.json").read_text())["winners"] == table["winners"]
+    assert json.loads((tmp / "r4" / "report.json").read_text())["winners"] == table["winners"]   # computed alike
+    for band in table["ranges"]:
+        assert band["winner"] in page and band["protocol"] in page
