@@ -51,7 +51,7 @@ done in {time.monotonic() - start:.0f} s
   MLflow store      {uri}
   synthesis cache   {runs / 'cache'}
   export            {out / 'export' / 'table.md'} (+ table.csv, table.json, README.md: how to load each runtime)
-                    {len([f for f in files if f.startswith('msccl')])} MSCCL XML file(s), \
+                    {len([f for f in files if f.endswith('.xml')])} MSCCL XML file(s), \
 {len([f for f in files if f.startswith('mscclpp/')])} MSCCL++ plan(s){', nccl/nccl_tuner.conf' if tuner.is_file() else ''}
   report            {page}
   MLflow UI         autotaccl ui --out {runs}""")
