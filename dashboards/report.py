@@ -91,13 +91,8 @@ def export_rows(client, experiment, export_dir: Path | None) -> tuple[list[dict]
     frame = ex.candidates(client, experiment.experiment_id)
     if frame.empty or not (frame["tags.autotaccl.kind"] == "baseline").any():
         return [], None
-    from runners import get_runner
-
-    from autotaccl.tuning.lowered import unmeasured_settings
-
-    runner = ex.sweep_runner(experiment.experiment_id)
     ranges = ex.ranges_for(experiment, frame, ex.excluded_runs(frame), *ex.nccl_run(experiment.experiment_id),
-                           unmeasured_settings(get_runner(runner)) if runner else ())
+                           ex.unmeasured(experiment.experiment_id)[1])
     return ex.table_frame(ranges).to_dict("records"), None
 
 

@@ -152,6 +152,16 @@ def sweep_runner(experiment_id: str) -> str | None:
     return None if sweeps.empty or "params.runner" not in sweeps else sweeps["params.runner"].iloc[0]
 
 
+def unmeasured(experiment_id: str) -> tuple[str | None, tuple[str, ...]]:
+    """The runner of the latest sweep and the settings it cannot tell apart (:func:`unmeasured_settings`)."""
+    from runners import get_runner
+
+    from .lowered import unmeasured_settings
+
+    runner = sweep_runner(experiment_id)
+    return runner, unmeasured_settings(get_runner(runner)) if runner else ()
+
+
 def excluded_runs(frame: pd.DataFrame) -> set[str]:
     """Trials whose XML already failed to lower during the sweep: they cannot be exported (tag xml_error)."""
     if "tags.xml_error" not in frame:
@@ -310,10 +320,6 @@ def _files_for(client, rng: Range, graph, workdir: Path) -> tuple[Files | None, 
 
 def export(tracking_uri: str, experiments: Sequence[str] | None, out_dir: str | Path) -> list[Range]:
     """Write every runtime's files, table.csv/.md/.json and README.md into ``out_dir``."""
-    from runners import get_runner
-
-    from .lowered import unmeasured_settings
-
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")   # MLflow: a bar per download otherwise
     client, found = tracking.autotaccl_experiments(tracking_uri, experiments)
     out = Path(out_dir).resolve()
@@ -332,16 +338,15 @@ def export(tracking_uri: str, experiments: Sequence[str] | None, out_dir: str | 
             if excluded:
                 notes.append(f"{experiment.name}: {len(excluded)} trial(s) skipped: their XML did not lower during the "
                              f"sweep (tag xml_error)")
-            runner = sweep_runner(experiment.experiment_id)
-            unmeasured = unmeasured_settings(get_runner(runner)) if runner else ()
-            if unmeasured:
-                notes.append(f"{experiment.name}: the {runner} runner does not apply {' or '.join(unmeasured)}: "
+            runner, knobs = unmeasured(experiment.experiment_id)
+            if knobs:
+                notes.append(f"{experiment.name}: the {runner} runner does not apply {' or '.join(knobs)}: "
                              f"exported at the runtime's default, {NOT_MEASURED}")
             nccl, choices = nccl_run(experiment.experiment_id)
             graph = _graph(client, frame, experiment.tags, work)
             ranks = 0 if graph is None else graph.number_of_nodes()
             while True:
-                ranges = ranges_for(experiment, frame, excluded, nccl, choices, unmeasured, ranks)
+                ranges = ranges_for(experiment, frame, excluded, nccl, choices, knobs, ranks)
                 files, rejected = {}, False
                 for rng in ranges:
                     if rng.winner.startswith("baseline:"):
