@@ -43,13 +43,16 @@ def run(args) -> int:
     uri = tracking.default_tracking_uri(runs)
     ranges = export(uri, [s.study for s in summaries], out / "export")
     page = build_report(uri, [s.study for s in summaries], out / "report")
-    xmls = [r.xml for r in ranges if r.xml]
+    files = sorted(f for r in ranges for f in (r.xml, r.legacy_xml, *r.plans) if f)
+    tuner = out / "export" / "nccl" / "nccl_tuner.conf"
     print(f"""
 done in {time.monotonic() - start:.0f} s
   Optuna study      {runs / 'optuna.journal'} (resume: autotaccl tune --space demo --out {runs} --trials N)
   MLflow store      {uri}
   synthesis cache   {runs / 'cache'}
-  export            {out / 'export' / 'table.md'} (+ table.csv, table.json, README.md, {len(xmls)} XML file(s))
+  export            {out / 'export' / 'table.md'} (+ table.csv, table.json, README.md: how to load each runtime)
+                    {len([f for f in files if f.endswith('.xml')])} MSCCL XML file(s), \
+{len([f for f in files if f.startswith('mscclpp/')])} MSCCL++ plan(s){', nccl/nccl_tuner.conf' if tuner.is_file() else ''}
   report            {page}
   MLflow UI         autotaccl ui --out {runs}""")
     return 0

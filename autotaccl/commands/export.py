@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..sizes import format_size
 from .common import add_tracking_uri_arg
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("export", help="per-size winners of tracked sweeps -> table + checked MSCCL XML")
+    p = subparsers.add_parser("export", help="per-size winners of tracked sweeps -> table + checked MSCCL XML, "
+                                              "MSCCL++ plans and an NCCL tuner config")
     add_tracking_uri_arg(p)
     p.add_argument("--experiment", action="append", help="experiment name, e.g. ndv2x2-allgather (repeatable; "
                                                          "default: every autotaccl experiment)")
@@ -21,13 +21,13 @@ def register(subparsers) -> None:
 def run(args) -> int:
     import logging
 
-    from ..tuning.export import export
+    from ..tuning.export import OUTPUT_FILES, export
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     from ..safety import output_dir, tracking_uri
 
     tracking_uri(args.tracking_uri)
-    output_dir(args.out, "-o", replaces=("*.xml", "table.csv", "table.md", "table.json", "README.md"))
+    output_dir(args.out, "-o", replaces=OUTPUT_FILES)
     if args.replay:
         from ..tracking import outbox
         from ..errors import InputError
@@ -42,8 +42,9 @@ def run(args) -> int:
             print(f"replayed {logged} run(s) recorded while the tracking server was unreachable")
     ranges = export(args.tracking_uri, args.experiment, args.out)
     for r in ranges:
-        print(f"{r.experiment:<24} {format_size(r.min_size):>6}..{format_size(r.max_size):<6} {r.winner:<22} "
-              f"{r.protocol:<6} {r.speedup:5.2f}x  {r.xml or '(NCCL fallback)'}")
-    print(f"wrote {args.out}/table.csv, table.md, table.json, README.md and "
-          f"{sum(1 for r in ranges if r.xml)} XML file(s)")
+        print(f"{r.experiment:<24} {r.sizes:<18} {r.winner:<22} {r.protocol:<6} {r.speedup:5.2f}x  "
+              f"{r.xml or '(stock NCCL)'}")
+    files = sum(len([f for f in (r.xml, r.legacy_xml, *r.plans) if f]) for r in ranges)
+    print(f"wrote {args.out}/: table.csv, table.md, table.json, README.md, {files} MSCCL/MSCCL++ file(s)"
+          f"{', nccl/nccl_tuner.conf' if (Path(args.out) / 'nccl' / 'nccl_tuner.conf').is_file() else ''}")
     return 0

@@ -97,7 +97,8 @@ def run(args) -> int:
                                    "baseline": w.baseline, "baseline_time_us": w.baseline_time_us,
                                    "speedup": w.speedup, "busbw": w.busbw, "bound_pct": w.bound_pct,
                                    "nccl_time_us": w.nccl_time_us, "speedup_vs_nccl": w.speedup_vs_nccl}
-                                  for w in s.per_size]} for s in summaries])
+                                  for w in s.per_size],
+                     "winners": s.winners} for s in summaries])
         return 0
     for s in summaries:
         print(summary_table(s))

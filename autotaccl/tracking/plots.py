@@ -13,8 +13,9 @@ from ..sizes import format_size  # noqa: E402
 
 
 def busbw_figure(series: Mapping[str, tuple[Sequence[int], Sequence[float]]], title: str,
-                 styles: Mapping[str, str] | None = None):
-    """busbw (GB/s) against buffer size (log2 x axis), one line per label."""
+                 styles: Mapping[str, str] | None = None, ylabel: str = "busbw (GB/s)", logy: bool = False):
+    """A value (busbw in GB/s unless ``ylabel`` says otherwise) against buffer size (log2 x axis, and a log
+    y axis with ``logy``), one line per label."""
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
     styles = styles or {}
     for label, (sizes, values) in series.items():
@@ -25,8 +26,10 @@ def busbw_figure(series: Mapping[str, tuple[Sequence[int], Sequence[float]]], ti
         ticks = sizes if len(sizes) <= 12 else sizes[:: max(1, len(sizes) // 10)]
         ax.set_xticks(ticks)
         ax.set_xticklabels([format_size(s) for s in ticks], rotation=45, fontsize=8)
+    if logy:
+        ax.set_yscale("log")
     ax.set_xlabel("buffer size (bytes)")
-    ax.set_ylabel("busbw (GB/s)")
+    ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)

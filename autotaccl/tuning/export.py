@@ -1,12 +1,22 @@
-"""Export the per-size winners of tracked sweeps: a table plus one checked MSCCL XML per winning range.
+"""Export the per-size winners of tracked sweeps: for every collective and band, the files that serve it in
+each runtime, and a table saying which.
+
+Layout of the output directory::
+
+    msccl/<band>.xml              msccl-executor-nccl (``MSCCL_ALGO_DIR``): inclusive maxBytes, 0 = no limit
+    msccl-legacy/<band>.xml       microsoft/msccl (``MSCCL_XML_FILES``): exclusive maxBytes, capped at 1 GiB
+    mscclpp/<band>.<mode>.plan.json   MSCCL++ execution plans, out-of-place and in-place
+    nccl/nccl_tuner.conf          NCCL's example tuner plugin: stock NCCL's choice for every band
+    table.md, table.csv, table.json, README.md
 
 For each experiment (one target and collective) the candidates are its verified runs: completed trials
 and the baselines, measured by the same runner; a trial only if its Optuna trial is COMPLETE (joined by
-the sweep's study and the trial number: after a kill MLflow may disagree with Optuna). At every size the fastest candidate wins; a trial wins
-only if it is strictly faster than every baseline. Adjacent sizes with the same winner form one range,
-``[minBytes, maxBytes]``. A synthesized winner is re-verified (replay) and lowered, and its XML must pass
-``check_xml`` before it is written; if it does not, that run is dropped and the winners are recomputed.
-Everything is written to a temporary directory that replaces the output directory at the end.
+the sweep's study and the trial number: after a kill MLflow may disagree with Optuna). At every size :func:`autotaccl.tuning.winners.pick` names
+the winner (the rule the tune summary and the report use too). Adjacent sizes with the same winner form
+one band, inclusive ``[min_bytes, max_bytes]``: the first from 0, each up to the next one's first size - 1,
+the last open-ended. A synthesized winner is re-verified and lowered to every runtime's file, each
+checked by its own checker; if the XML or the out-of-place plan fails, that run is dropped and the winners
+are recomputed. Everything is written to a temporary directory that replaces the output directory at the end.
 """
 from __future__ import annotations
 
@@ -16,9 +26,9 @@ import logging
 import math
 import os
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import optuna
 import pandas as pd
@@ -26,11 +36,19 @@ import pandas as pd
 from .. import tracking
 from ..errors import InputError
 from ..model.algorithm import VerificationError, load_algorithm, verify
-from ..safety import file_stem, replaced_dir
+from ..safety import replaced_dir
 from ..sizes import format_size
-from .lowered import check, lower_xml
+from . import runtimes as rt
+from .lowered import check, lower_plan_text, lower_xml
+from .winners import exportable, pick, record, run_entries
 
 log = logging.getLogger(__name__)
+
+#: trial params that describe the run, not the configuration sampled
+BOOKKEEPING = ("collective", "target", "runner", "nodes", "topology")
+NOT_MEASURED = "not measured"
+#: what an export directory holds (``export -o`` replaces only a directory of these)
+OUTPUT_FILES = ("msccl", "msccl-legacy", "mscclpp", "nccl", "*.xml", "table.csv", "table.md", "table.json", "README.md")
 
 
 @dataclass(frozen=True)
@@ -39,10 +57,10 @@ class Range:
     collective: str
     target: str
     ranks: int
-    min_size: int          # first swept size of the range
-    max_size: int          # last swept size of the range
-    min_bytes: int         # what the XML selects: 0 for the first range
-    max_bytes: int         # next range's first size - 1; the last swept size for the last range
+    min_size: int          # first swept size of the band
+    max_size: int          # last swept size of the band
+    min_bytes: int         # band, inclusive: 0 for the first
+    max_bytes: int | None  # the next band's first size - 1; None (no limit) for the last
     winner: str            # "trial-N" or "baseline:<name>"
     run_id: str
     protocol: str
@@ -50,8 +68,24 @@ class Range:
     time_us: tuple[float, ...]
     baseline: str
     baseline_time_us: tuple[float, ...]
-    xml: str = ""          # file name, for synthesized winners
     nccl_time_us: tuple[float, ...] = ()   # stock NCCL per size as nccl-model predicts it (empty: none logged)
+    trial: int | str = ""                  # Optuna trial number or the baseline's name
+    nodes: int = 0
+    engine: str = ""
+    config: tuple[tuple[str, str], ...] = ()    # the sampled parameters of the winning trial
+    not_measured: tuple[str, ...] = ()     # settings the runner cannot tell apart: exported at the default
+    bound_pct: tuple[float, ...] = ()
+    nccl_choice: tuple[tuple[str, str, int], ...] = ()   # per size: nccl-model's (algorithm, protocol, channels)
+    xml: str = ""                          # msccl/<file> (synthesized winners)
+    legacy_xml: str = ""                   # msccl-legacy/<file>
+    plans: tuple[str, ...] = ()            # mscclpp/<file>, out-of-place first
+    tuner_lines: tuple[int, ...] = ()      # lines of nccl/nccl_tuner.conf that cover the band
+    notes: tuple[str, ...] = ()
+    swept: tuple[int, ...] = ()            # the swept sizes in the band
+
+    @property
+    def sizes(self) -> str:
+        return rt.band_text(self.min_bytes, self.max_bytes)
 
     @property
     def speedup(self) -> float:
@@ -61,22 +95,38 @@ class Range:
     def speedup_vs_nccl(self) -> float | None:
         return _geomean(self.nccl_time_us, self.time_us) if self.nccl_time_us else None
 
+    def served_by(self) -> dict[str, str]:
+        """Runtime -> what serves the band there."""
+        fallback = "stock NCCL (no file)"
+        tuner = (f"{rt.TUNER_FILE} line {', '.join(map(str, self.tuner_lines))}" if self.tuner_lines
+                 else "stock NCCL (no tuner row)")
+        return {"msccl": self.xml or fallback, "msccl-legacy": self.legacy_xml or fallback,
+                "mscclpp": ", ".join(self.plans) or fallback,
+                "nccl": tuner if not self.xml else f"{tuner} (fallback: the synthesized algorithm needs msccl/mscclpp)"}
+
 
 def _geomean(reference: Sequence[float], times: Sequence[float]) -> float:
     return math.exp(sum(math.log(b / t) for b, t in zip(reference, times)) / len(times))
 
 
-def nccl_times(experiment_id: str) -> dict[int, float]:
-    """Size -> stock NCCL's predicted time, from the experiment's latest ``nccl-model`` run (empty if none)."""
+def nccl_run(experiment_id: str) -> tuple[dict[int, float], dict[int, tuple[str, str, int]]]:
+    """Size -> stock NCCL's predicted time and (algorithm, protocol, channels), from the experiment's latest
+    ``nccl-model`` run (empty if none)."""
     import mlflow
 
     runs = mlflow.search_runs(experiment_ids=[experiment_id], filter_string="tags.`autotaccl.kind` = 'nccl'",
                               order_by=["start_time DESC"], max_results=1)
     if runs.empty:
-        return {}
-    prefix = "metrics.time_us."
-    return {int(c[len(prefix):]): float(v) for c, v in runs.iloc[0].items()
-            if c.startswith(prefix) and isinstance(v, float) and not math.isnan(v)}
+        return {}, {}
+    row = runs.iloc[0]
+    times = {int(c[len("metrics.time_us."):]): float(v) for c, v in row.items()
+             if c.startswith("metrics.time_us.") and isinstance(v, float) and not math.isnan(v)}
+    choices = {}
+    for c, v in row.items():
+        if c.startswith("tags.nccl.") and isinstance(v, str) and v.count("/") == 2:
+            a, p, n = v.split("/")
+            choices[int(c[len("tags.nccl."):])] = (a, p, int(n))
+    return times, choices
 
 
 def candidates(client, experiment_id: str) -> pd.DataFrame:
@@ -90,10 +140,11 @@ def candidates(client, experiment_id: str) -> pd.DataFrame:
                                max_results=50_000)
     if frame.empty:
         return frame
+    runner = sweep_runner(experiment_id)
+    if runner is not None and "params.runner" in frame:
+        frame = frame[frame["params.runner"] == runner]
     sweeps = mlflow.search_runs(experiment_ids=[experiment_id], filter_string="tags.`autotaccl.kind` = 'sweep'",
-                                order_by=["start_time DESC"], max_results=10_000)
-    if not sweeps.empty and "params.runner" in frame:
-        frame = frame[frame["params.runner"] == sweeps["params.runner"].iloc[0]]
+                                max_results=10_000)
     return frame[complete_in_optuna(frame, sweeps)]
 
 
@@ -127,37 +178,42 @@ def complete_in_optuna(frame: pd.DataFrame, sweeps: pd.DataFrame) -> pd.Series:
     return ~is_trial | joined
 
 
-def winners(frame: pd.DataFrame, sizes: Sequence[int], excluded: set[str]) -> list[dict]:
-    """Per size: the fastest baseline, and the fastest trial if it is strictly faster.
+def sweep_runner(experiment_id: str) -> str | None:
+    """The runner of the experiment's latest sweep (None: no sweep run)."""
+    import mlflow
 
-    Among trials tied at the fastest time (the same algorithm found twice), the previous size's winner
-    is kept, so ties do not split a range.
-    """
-    rows = []
+    sweeps = mlflow.search_runs(experiment_ids=[experiment_id], filter_string="tags.`autotaccl.kind` = 'sweep'",
+                                order_by=["start_time DESC"], max_results=1)
+    return None if sweeps.empty or "params.runner" not in sweeps else sweeps["params.runner"].iloc[0]
+
+
+def unmeasured(experiment_id: str) -> tuple[str | None, tuple[str, ...]]:
+    """The runner of the latest sweep and the settings it cannot tell apart (:func:`unmeasured_settings`)."""
+    from runners import get_runner
+
+    from .lowered import unmeasured_settings
+
+    runner = sweep_runner(experiment_id)
+    return runner, unmeasured_settings(get_runner(runner)) if runner else ()
+
+
+def excluded_runs(frame: pd.DataFrame) -> set[str]:
+    """Trials whose XML already failed to lower during the sweep: they cannot be exported (tag xml_error)."""
+    if "tags.xml_error" not in frame:
+        return set()
+    return set(frame.run_id[~frame["tags.xml_error"].map(exportable)])
+
+
+def winners(frame: pd.DataFrame, sizes: Sequence[int], excluded: set[str]) -> list[dict]:
+    """Per size: the winner by :func:`autotaccl.tuning.winners.pick` and the fastest baseline."""
     is_base = frame["tags.autotaccl.kind"] == "baseline"
     trials = frame[~is_base & ~frame.run_id.isin(excluded)]
     bases = frame[is_base]
-    previous = None
+    rows = []
     for size in sizes:
-        col = f"metrics.time_us.{size}"
-        base = bases.loc[bases[col].idxmin()]
-        best = base
-        valid = trials[trials[col].notna()]
-        if not valid.empty:
-            # exact ties (configurations the runner cannot tell apart) go to the smallest parameter set, so
-            # the export does not depend on the order trials ran in (several workers, retries)
-            params = sorted(c for c in valid.columns if c.startswith("params."))     # the same order in any store
-            key = ["|".join(map(str, row)) for row in valid[params].itertuples(index=False)]
-            t = valid.assign(_key=key).sort_values([col, "_key"], kind="stable").iloc[0]
-            if previous is not None and previous.run_id in set(valid.run_id):
-                kept = valid[valid.run_id == previous.run_id].iloc[0]
-                if kept[col] <= t[col] * (1 + 1e-9):
-                    t = kept
-            if t[col] < base[col]:
-                best = t
-        previous = best
-        rows.append({"size": size, "run": best, "time_us": float(best[col]), "baseline": base["tags.baseline"],
-                     "baseline_time_us": float(base[col])})
+        won, base = pick(run_entries(trials, size), run_entries(bases, size))
+        rows.append({"size": size, "run": won.handle, "trial": won.trial, "time_us": won.time_us,
+                     "baseline": str(base.trial), "baseline_time_us": base.time_us})
     return rows
 
 
@@ -167,52 +223,101 @@ def _label(run: pd.Series) -> str:
     return f"trial-{run['tags.optuna.trial']}"
 
 
-def ranges_for(experiment, frame: pd.DataFrame, excluded: set[str], nccl: dict[int, float] | None = None) -> list[Range]:
+def _param(run: pd.Series, name: str) -> str | None:
+    value = run.get(f"params.{name}")
+    return value if isinstance(value, str) and value else None
+
+
+def _config(run: pd.Series) -> tuple[tuple[str, str], ...]:
+    if run["tags.autotaccl.kind"] == "baseline":
+        return ()
+    keys = sorted(c[len("params."):] for c in run.index if c.startswith("params.") and isinstance(run[c], str))
+    return tuple((k, run[f"params.{k}"]) for k in keys
+                 if "." not in k and k not in BOOKKEEPING)
+
+
+def ranges_for(experiment, frame: pd.DataFrame, excluded: set[str], nccl: dict[int, float] | None = None,
+               choices: dict[int, tuple[str, str, int]] | None = None,
+               not_measured: Sequence[str] = (), ranks: int = 0) -> list[Range]:
     sizes = tracking.logged_sizes(frame)
-    nccl = nccl or {}
-    per_size = winners(frame, sizes, excluded)
+    nccl, choices = nccl or {}, choices or {}
     groups: list[list[dict]] = []
-    for row in per_size:
+    for row in winners(frame, sizes, excluded):
         if groups and groups[-1][-1]["run"].run_id == row["run"].run_id:
             groups[-1].append(row)
         else:
             groups.append([row])
     tags = experiment.tags
-    ranks = _ranks(tags)
+    nodes = int(tags.get("autotaccl.nodes", 0) or 0)
     out = []
     for i, group in enumerate(groups):
         run = group[0]["run"]
-        nxt = groups[i + 1][0]["size"] - 1 if i + 1 < len(groups) else group[-1]["size"]
-        protocol = run.get("params.protocol") or "Simple"
-        instances = int(float(run.get("params.instances") or 1))
-        out.append(Range(experiment.name, tags.get("autotaccl.collective", ""), tags.get("autotaccl.target", ""), ranks,
-                         group[0]["size"], group[-1]["size"], 0 if i == 0 else group[0]["size"], nxt, _label(run),
-                         run.run_id, protocol if isinstance(protocol, str) else "Simple", instances,
-                         tuple(r["time_us"] for r in group), group[0]["baseline"],
-                         tuple(r["baseline_time_us"] for r in group), "",
-                         tuple(nccl[r["size"]] for r in group) if all(r["size"] in nccl for r in group) else ()))
+        protocol = _param(run, "protocol") or "Simple"
+        instances = int(float(_param(run, "instances") or 1))
+        skipped = tuple(k for k in not_measured if run["tags.autotaccl.kind"] != "baseline")
+        if "protocol" in skipped:
+            protocol = "Simple"
+        if "instances" in skipped:
+            instances = 1
+
+        def per(key: str) -> tuple[float, ...]:
+            return tuple(float(run.get(f"metrics.{key}.{r['size']}", math.nan)) for r in group)
+
+        out.append(Range(
+            experiment.name, tags.get("autotaccl.collective", ""), tags.get("autotaccl.target", ""), ranks,
+            group[0]["size"], group[-1]["size"], 0 if i == 0 else group[0]["size"],
+            groups[i + 1][0]["size"] - 1 if i + 1 < len(groups) else None, _label(run), run.run_id, protocol,
+            instances, tuple(r["time_us"] for r in group), group[0]["baseline"],
+            tuple(r["baseline_time_us"] for r in group),
+            tuple(nccl[r["size"]] for r in group) if all(r["size"] in nccl for r in group) else (),
+            trial=group[0]["trial"], nodes=nodes,
+            engine=_param(run, "engine") or ("baseline" if isinstance(group[0]["trial"], str) else ""),
+            config=_config(run), not_measured=skipped, bound_pct=per("bound_pct"),
+            nccl_choice=tuple(choices[r["size"]] for r in group) if all(r["size"] in choices for r in group)
+            else (), swept=tuple(r["size"] for r in group)))
     return out
 
 
-def _ranks(tags) -> int:
+def _graph(client, frame: pd.DataFrame, tags, workdir: Path):
+    """The swept topology: the profile the trials logged (``hardware.yaml``), or the shipped one the
+    experiment names; None if neither can be read."""
     from ..model.hardware import load_hardware
+    from ..model.topology import build_topology
 
+    trials = frame[frame["tags.autotaccl.kind"] == "trial"]
+    for run_id in list(trials.run_id[:1]):
+        try:
+            path = client.download_artifacts(run_id, "hardware.yaml", str(workdir))
+            return build_topology(load_hardware(path), int(tags["autotaccl.nodes"]))
+        except Exception as err:   # an old run without the artifact (MlflowException), a bad profile
+            log.info("hardware.yaml of run %s not usable: %s", run_id, err)
     try:
-        return load_hardware(tags["autotaccl.hardware"]).gpus_per_node * int(tags["autotaccl.nodes"])
+        return build_topology(load_hardware(tags["autotaccl.hardware"]), int(tags["autotaccl.nodes"]))
     except (KeyError, InputError, ValueError):
-        return 0
+        return None
 
 
-def _xml_for(client, rng: Range, workdir: Path) -> tuple[str | None, str]:
-    """(XML text, "") for a range's synthesized winner, or (None, why it cannot be exported)."""
+@dataclass(frozen=True)
+class Files:
+    """The runtime files of one synthesized band: relative path -> text, and what could not be written."""
+    texts: dict[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+
+def _files_for(client, rng: Range, graph, workdir: Path) -> tuple[Files | None, str]:
+    """Every runtime's file for a band's synthesized winner, or (None, why it cannot be exported)."""
     try:
         path = client.download_artifacts(rng.run_id, "algorithm.json", str(workdir))
         algorithm = load_algorithm(path)
-        verify(algorithm)
+        verify(algorithm, graph)
     except (InputError, VerificationError, OSError) as err:
         return None, f"algorithm of run {rng.run_id} not verified: {err}"
     except Exception as err:   # a missing artifact (MlflowException)
         return None, f"algorithm of run {rng.run_id} unavailable: {err}"
+    stem = rt.band_name(rng.experiment, rng.min_bytes, rng.max_bytes)
+    texts, notes = {}, []
+    if graph is None:
+        return None, "the swept topology is unknown (no hardware.yaml logged, no shipped profile of that name)"
     try:
         text = lower_xml(algorithm, rng.protocol, rng.instances, rng.min_bytes, rng.max_bytes)
     except (InputError, ValueError) as err:
@@ -220,27 +325,40 @@ def _xml_for(client, rng: Range, workdir: Path) -> tuple[str | None, str]:
     report = check(text)
     if not report.valid:
         return None, f"XML of run {rng.run_id} failed check_xml: {report.first}"
-    return text, ""
-
-
-def xml_name(rng: Range) -> str:
-    """A file name inside the export directory, whatever the experiment is called."""
-    return f"{file_stem(rng.experiment)}-{format_size(rng.min_size)}-{format_size(rng.max_size)}.xml"
-
-
-def _md(text: object) -> str:
-    """A Markdown table cell or list item: HTML-escaped (renderers pass HTML through), pipes escaped."""
-    return html.escape(str(text)).replace("|", "\\|").replace("\n", " ")
+    texts[f"msccl/{stem}.xml"] = text
+    try:
+        legacy = lower_xml(algorithm, rng.protocol, rng.instances, rng.min_bytes,
+                           rt.LEGACY_CAP - 1 if rng.max_bytes is None else rng.max_bytes, runtime="msccl")
+        report = check(legacy, runtime="msccl")
+        if report.valid:
+            texts[f"msccl-legacy/{stem}.xml"] = legacy
+        else:
+            notes.append(f"msccl-legacy: XML failed check_xml ({report.first}); stock NCCL serves the band there")
+    except (InputError, ValueError) as err:
+        notes.append(f"msccl-legacy: not lowered ({err}); stock NCCL serves the band there")
+    proto = rt.PLAN_PROTOCOL.get(rng.protocol, "Simple")
+    if proto != rng.protocol:
+        notes.append(f"mscclpp: the plan runs {proto} (MSCCL++ has no {rng.protocol}); {NOT_MEASURED}")
+    for mode, inplace in (("outofplace", False), ("inplace", True)):
+        try:
+            texts[f"mscclpp/{stem}.{mode}.plan.json"] = lower_plan_text(algorithm, graph, proto, rng.instances,
+                                                                       rng.min_bytes, rng.max_bytes, inplace)
+        except (InputError, ValueError) as err:
+            if not inplace:
+                return None, f"MSCCL++ plan of run {rng.run_id} failed: {err}"
+            notes.append(f"mscclpp: no in-place plan ({str(err).splitlines()[0][:200]})")
+    return Files(texts, tuple(notes)), ""
 
 
 def export(tracking_uri: str, experiments: Sequence[str] | None, out_dir: str | Path) -> list[Range]:
-    """Write table.csv/.md/.json, one XML per synthesized winning range and README.md into ``out_dir``."""
+    """Write every runtime's files, table.csv/.md/.json and README.md into ``out_dir``."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")   # MLflow: a bar per download otherwise
     client, found = tracking.autotaccl_experiments(tracking_uri, experiments)
     out = Path(out_dir).resolve()
     with replaced_dir(out) as tmp:
         all_ranges: list[Range] = []
         notes: list[str] = []
+        tuner_rows: list[str] = []
         work = tmp / ".downloads"
         work.mkdir()
         for experiment in found:
@@ -248,93 +366,197 @@ def export(tracking_uri: str, experiments: Sequence[str] | None, out_dir: str | 
             if frame.empty or not (frame["tags.autotaccl.kind"] == "baseline").any():
                 notes.append(f"{experiment.name}: no verified baseline runs; nothing exported")
                 continue
-            # trials whose XML already failed to lower during the sweep cannot be exported either
-            excluded: set[str] = set(frame.run_id[frame["tags.xml_error"].notna()]) if "tags.xml_error" in frame else set()
+            excluded = excluded_runs(frame)
             if excluded:
                 notes.append(f"{experiment.name}: {len(excluded)} trial(s) skipped: their XML did not lower during the "
                              f"sweep (tag xml_error)")
-            nccl = nccl_times(experiment.experiment_id)
+            runner, knobs = unmeasured(experiment.experiment_id)
+            if knobs:
+                notes.append(f"{experiment.name}: the {runner} runner does not apply {' or '.join(knobs)}: "
+                             f"exported at the runtime's default, {NOT_MEASURED}")
+            nccl, choices = nccl_run(experiment.experiment_id)
+            graph = _graph(client, frame, experiment.tags, work)
+            ranks = 0 if graph is None else graph.number_of_nodes()
             while True:
-                ranges = ranges_for(experiment, frame, excluded, nccl)
-                texts, rejected = {}, False
+                ranges = ranges_for(experiment, frame, excluded, nccl, choices, knobs, ranks)
+                files, rejected = {}, False
                 for rng in ranges:
                     if rng.winner.startswith("baseline:"):
                         continue
-                    text, why = _xml_for(client, rng, work)
-                    if text is None:
+                    got, why = _files_for(client, rng, graph, work)
+                    if got is None:
                         notes.append(f"{experiment.name}: {rng.winner} rejected: {why}")
                         excluded.add(rng.run_id)
                         rejected = True
                         break
-                    texts[rng.run_id, rng.min_size] = text
+                    files[rng.min_bytes] = got
                 if not rejected:
                     break
+            ranges = _tuner(experiment.name, ranges, tuner_rows, notes)
             for rng in ranges:
-                text = texts.get((rng.run_id, rng.min_size))
-                if text is not None:
-                    rng = Range(**{**asdict(rng), "xml": xml_name(rng)})
-                    (tmp / rng.xml).write_text(text)
-                all_ranges.append(rng)
+                got = files.get(rng.min_bytes, Files())
+                for name, text in got.texts.items():
+                    (tmp / name).parent.mkdir(exist_ok=True)
+                    (tmp / name).write_text(text)
+                names = list(got.texts)
+                all_ranges.append(replace(
+                    rng, xml=next((n for n in names if n.startswith("msccl/")), ""),
+                    legacy_xml=next((n for n in names if n.startswith("msccl-legacy/")), ""),
+                    plans=tuple(n for n in names if n.startswith("mscclpp/")), notes=got.notes))
         shutil.rmtree(work)
+        if tuner_rows:
+            (tmp / "nccl").mkdir()
+            (tmp / rt.TUNER_FILE).write_text(rt.TUNER_HEADER + "".join(tuner_rows))
         table = table_frame(all_ranges)
         table.to_csv(tmp / "table.csv", index=False)
-        (tmp / "table.json").write_text(json.dumps({"ranges": table.to_dict("records"), "notes": notes}, indent=1))
+        (tmp / "table.json").write_text(json.dumps(table_json(all_ranges, notes), indent=1))
         (tmp / "table.md").write_text(markdown(table))
         (tmp / "README.md").write_text(readme(all_ranges, notes))
     _log_export(client, found, out, table)
     return all_ranges
 
 
+def _tuner(experiment: str, ranges: list[Range], rows: list[str], notes: list[str]) -> list[Range]:
+    """Append the experiment's tuner-config rows (a comment line and a row per band) to ``rows``; the ranges
+    with the line numbers that cover them."""
+    if not ranges:
+        return ranges
+    first = ranges[0]
+    if first.collective not in rt.TUNER_COLLECTIVES:
+        notes.append(f"{experiment}: NCCL's tuner plugin has no {first.collective}; no nccl_tuner.conf rows")
+        return ranges
+    sizes = [s for r in ranges for s in r.swept]
+    choices = [c for r in ranges for c in r.nccl_choice]
+    if not first.ranks:
+        notes.append(f"{experiment}: the swept topology is unknown; no nccl_tuner.conf rows")
+        return ranges
+    if len(choices) != len(sizes) or any(c[0] not in rt.TUNER_ALGORITHMS for c in choices):
+        notes.append(f"{experiment}: no nccl-model prediction logged for every size; no nccl_tuner.conf rows")
+        return ranges
+    line = len(rt.TUNER_HEADER.splitlines()) + len("".join(rows).splitlines())
+    rows.append(f"# {experiment} ({first.collective}, {first.nodes} node(s), {first.ranks} ranks)\n")
+    line += 1
+    out = []
+    segments = rt.tuner_segments(sizes, choices, [r.min_bytes for r in ranges])
+    lines = []
+    for lo, hi, choice in segments:
+        owner = next(r for r in ranges if r.min_bytes <= lo and (r.max_bytes is None or lo <= r.max_bytes))
+        why = "stock NCCL wins" if owner.winner.startswith("baseline:") else \
+            f"{owner.winner} wins here (msccl/, mscclpp/); stock NCCL's own choice for the fallback"
+        rows.append(f"# {rt.band_text(lo, hi)}: {why}\n{rt.tuner_row(first.collective, lo, hi, choice, first.nodes, first.ranks)}\n")
+        line += 2
+        lines.append((lo, line))
+    for r in ranges:
+        own = tuple(n for lo, n in lines if r.min_bytes <= lo and (r.max_bytes is None or lo <= r.max_bytes))
+        out.append(replace(r, tuner_lines=own))
+    return out
+
+
+def _md(text: object) -> str:
+    """A Markdown table cell or list item: HTML-escaped (renderers pass HTML through), pipes escaped."""
+    return html.escape(str(text)).replace("|", "\\|").replace("\n", " ")
+
+
 def table_frame(ranges: Sequence[Range]) -> pd.DataFrame:
-    rows = [{"experiment": r.experiment, "collective": r.collective, "target": r.target, "ranks": r.ranks,
-             "min_size": r.min_size, "max_size": r.max_size, "min_bytes": r.min_bytes, "max_bytes": r.max_bytes,
-             "winner": r.winner, "run_id": r.run_id, "protocol": r.protocol, "instances": r.instances,
-             "time_us": ";".join(f"{t:.3f}" for t in r.time_us), "baseline": r.baseline,
-             "speedup": round(r.speedup, 4),
-             "speedup_vs_nccl": None if r.speedup_vs_nccl is None else round(r.speedup_vs_nccl, 4), "xml": r.xml}
-            for r in ranges]
+    """One row per collective and band: its winner, configuration, and what serves it in each runtime."""
+    rows = []
+    for r in ranges:
+        served = r.served_by()
+        rows.append({
+            "experiment": r.experiment, "collective": r.collective, "target": r.target, "ranks": r.ranks,
+            "min_size": r.min_size, "max_size": r.max_size, "min_bytes": r.min_bytes,
+            "max_bytes": "" if r.max_bytes is None else r.max_bytes, "winner": r.winner, "trial": str(r.trial),
+            "run_id": r.run_id, "engine": r.engine, "config": ";".join(f"{k}={v}" for k, v in r.config),
+            "protocol": r.protocol, "instances": r.instances,
+            "not_measured": ";".join(f"{k} ({NOT_MEASURED})" for k in r.not_measured),
+            "time_us": ";".join(f"{t:.3f}" for t in r.time_us), "baseline": r.baseline,
+            "speedup": round(r.speedup, 4),
+            "speedup_vs_nccl": None if r.speedup_vs_nccl is None else round(r.speedup_vs_nccl, 4),
+            "bound_pct": ";".join(f"{p:.1f}" for p in r.bound_pct),
+            "xml": r.xml, "msccl": served["msccl"], "msccl_legacy": served["msccl-legacy"],
+            "mscclpp": served["mscclpp"], "nccl": served["nccl"], "notes": " ".join(r.notes)})
     columns = ["experiment", "collective", "target", "ranks", "min_size", "max_size", "min_bytes", "max_bytes",
-               "winner", "run_id", "protocol", "instances", "time_us", "baseline", "speedup", "speedup_vs_nccl", "xml"]
+               "winner", "trial", "run_id", "engine", "config", "protocol", "instances", "not_measured", "time_us",
+               "baseline", "speedup", "speedup_vs_nccl", "bound_pct", "xml", "msccl", "msccl_legacy", "mscclpp",
+               "nccl", "notes"]
     return pd.DataFrame(rows, columns=columns)
 
 
+def table_json(ranges: Sequence[Range], notes: Sequence[str]) -> dict:
+    """table.json: the bands, the per-size winners (the one rule of tuning/winners.py) and the notes."""
+    return {"ranges": table_frame(ranges).to_dict("records"),
+            "winners": [record(r.collective, s, r.trial) for r in ranges for s in r.swept],
+            "load": rt.load_commands("."), "notes": list(notes)}
+
+
 def markdown(table: pd.DataFrame) -> str:
-    head = ("| collective | target | sizes | winner | protocol | instances | speed-up vs best baseline | "
-            "speed-up vs NCCL | XML |\n|---|---|---|---|---|---|---|---|---|\n")
-    def span(r) -> str:
-        return format_size(r.min_size) if r.min_size == r.max_size else f"{format_size(r.min_size)}–{format_size(r.max_size)}"
+    head = ("| collective | target | bytes (inclusive) | winner | engine | protocol | instances | "
+            "speed-up vs best baseline | speed-up vs NCCL | msccl | msccl-legacy | mscclpp | nccl |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 
     def vs(value) -> str:
         return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.2f}x"
 
-    lines = [f"| {_md(r.collective)} | {_md(r.target)} | {span(r)} | {_md(r.winner)} | "
-             f"{_md(r.protocol)} | {r.instances} | {r.speedup:.2f}x | {vs(r.speedup_vs_nccl)} | "
-             f"{_md(r.xml) if r.xml else '– (NCCL fallback)'} |"
-             for r in table.itertuples()]
-    return "# Best algorithm per collective and size\n\n" + head + "\n".join(lines) + "\n"
+    def knob(value, name: str, row) -> str:
+        return f"{_md(value)} ({NOT_MEASURED})" if name in str(row.not_measured) else _md(value)
+
+    lines = [f"| {_md(r.collective)} | {_md(r.target)} | "
+             f"{_md(rt.band_text(r.min_bytes, None if r.max_bytes == '' else int(r.max_bytes)))} | {_md(r.winner)} | "
+             f"{_md(r.engine)} | {knob(r.protocol, 'protocol', r)} | {knob(r.instances, 'instances', r)} | "
+             f"{r.speedup:.2f}x | {vs(r.speedup_vs_nccl)} | {_md(r.msccl)} | {_md(r.msccl_legacy)} | "
+             f"{_md(r.mscclpp)} | {_md(r.nccl)} |" for r in table.itertuples()]
+    return "# Best algorithm per collective and size, and the file that serves it in each runtime\n\n" + head + \
+        "\n".join(lines) + "\n"
 
 
 def readme(ranges: Sequence[Range], notes: Sequence[str]) -> str:
-    xmls = [_md(r.xml) for r in ranges if r.xml]
+    load = rt.load_commands("/path/to/this/export")
+    files = sorted({f for r in ranges for f in (r.xml, r.legacy_xml, *r.plans) if f})
+    bands = "\n".join(f"* {_md(r.collective)} {_md(r.sizes)}: {_md(r.winner)}" for r in ranges)
     text = f"""# Exported collective algorithms
 
-`table.md` / `table.csv` / `table.json` list, per collective and buffer-size range, the fastest verified
-algorithm found by `autotaccl tune`, or the best baseline where no synthesized algorithm beat it. Every
-XML here was re-verified (replay of the algorithm) and passed `autotaccl check-xml` before it was written.
-Each file's `minBytes`/`maxBytes` select it only for its size range; `proto` is the tuned protocol.
-"Speed-up vs NCCL" compares with stock NCCL as `autotaccl nccl-model` predicts it on the same profile.
+`table.md` / `table.csv` / `table.json` list, per collective and buffer-size band, the fastest verified
+algorithm `autotaccl tune` found (or the best baseline where none beat it) and which file serves the band
+in each runtime. Bands are inclusive byte ranges of the whole buffer (for allgather the output, for
+reducescatter the input); together they cover every size with no gap and no overlap, and the largest is
+open-ended. File names give the band as a half-open range (`from512K-below4M`: 512K <= bytes < 4M).
+Every file was re-verified and checked by its runtime's own checker (`autotaccl check-xml`,
+`autotaccl check-plan`) before it was written. "vs NCCL" compares with stock NCCL as `autotaccl nccl-model`
+predicts it on the same profile.
 
-## Loading into the MSCCL runtime
+## MSCCL: `msccl/` (msccl-executor-nccl) and `msccl-legacy/` (microsoft/msccl)
 
-* **msccl-executor** (Azure/msccl-executor-nccl, RCCL): put the files in a directory of their own and set
-  `MSCCL_ALGO_DIR=/path/to/this/dir` (keep the directory free of other files: a malformed file fails
-  communicator init). Use one MPI rank per GPU. Sizes outside every range fall back to NCCL.
-* **legacy msccl** (microsoft/msccl): `NCCL_ALGO=MSCCL,RING,TREE MSCCL_XML_FILES=a.xml:b.xml` (at most 4
-  files, colon separated). Its `maxBytes` is exclusive.
+    {load["msccl"]}
+    {load["msccl-legacy"]}
 
-Ranges won by a baseline have no XML: NCCL's own algorithm runs there.
+Keep each directory free of other files (a malformed file fails communicator init). The executor's
+`maxBytes` is inclusive and `0` is no limit; the legacy runtime's is exclusive and `0` means never, so its
+files say `maxBytes` = the next band's first size and the largest band stops at {rt.LEGACY_CAP} bytes (1 GiB),
+above which stock NCCL runs. Sizes no file selects (bands a baseline won) run stock NCCL.
 
-Files: {', '.join(xmls) if xmls else 'none (the baselines won everywhere)'}
+## MSCCL++: `mscclpp/*.plan.json`
+
+    {load["mscclpp"]}
+
+`min_message_size`/`max_message_size` are inclusive (2^64-1: no limit). There is one plan per buffer mode
+(`.outofplace`, `.inplace`); the NCCL shim picks by world size, ranks per node, collective, in-place flag and size,
+and falls back to NCCL elsewhere.
+
+## Stock NCCL: `nccl/nccl_tuner.conf` (NCCL's example tuner plugin, NCCL >= 2.19)
+
+    {load["nccl"]}
+
+One row per band, both bounds inclusive, `nNodes`/`nRanks` of the swept target; the plugin takes the
+first row that matches. Each row is stock NCCL's own choice (algorithm, protocol, channels) as nccl-model
+predicts it: where a baseline won, that is what to run; where a synthesized algorithm won, it is the
+fallback for a process that loads only the tuner. The example plugin runs 1 channel when no row matches
+or a row says -1, so every band has a row with an explicit channel count.
+
+## Bands
+
+{bands or "none"}
+
+Files: {', '.join(_md(f) for f in files) if files else 'none (the baselines won everywhere)'}
 """
     if notes:
         text += "\n## Notes\n\n" + "\n".join(f"* {_md(n)}" for n in notes) + "\n"

@@ -10,21 +10,39 @@ from ..model.algorithm import Algorithm
 
 
 def lower_xml(algorithm: Algorithm, protocol: str = "Simple", instances: int = 1, min_bytes: int = 0,
-              max_bytes: int | None = None) -> str:
-    """MSCCL XML for ``algorithm`` with the tuned protocol and instances, selected for [min_bytes, max_bytes]."""
+              max_bytes: int | None = None, runtime: str = "msccl-executor") -> str:
+    """MSCCL XML for ``algorithm`` with the tuned protocol and instances, selected for [min_bytes, max_bytes]
+    (inclusive; None: no limit) in ``runtime``'s own convention (the lowering converts)."""
     from ..formats.msccl import LoweringOptions, lower
 
-    options: dict[str, Any] = {"proto": protocol, "instances": instances, "min_bytes": min_bytes}
+    options: dict[str, Any] = {"proto": protocol, "instances": instances, "min_bytes": min_bytes, "runtime": runtime}
     if max_bytes is not None:
         options["max_bytes"] = max_bytes
     return lower(algorithm, LoweringOptions(**options))
 
 
-def check(xml_text: str):
+def check(xml_text: str, runtime: str | None = None):
     """The checker's report (``.valid``, ``.first``) for ``xml_text``, in every mode its header enables."""
     from ..formats.msccl import check_xml
 
-    return check_xml(xml_text)
+    return check_xml(xml_text) if runtime is None else check_xml(xml_text, runtime=runtime)
+
+
+def lower_plan_text(algorithm: Algorithm, graph, protocol: str, instances: int, min_bytes: int,
+                    max_bytes: int | None, inplace: bool) -> str:
+    """An MSCCL++ execution plan (JSON text) for [min_bytes, max_bytes], proven by its checker on the way."""
+    from ..formats import mscclpp
+
+    options = mscclpp.PlanOptions(inplace=inplace, proto=protocol, instances=instances, min_bytes=min_bytes,
+                                  max_bytes=max_bytes)
+    return mscclpp.plan_text(mscclpp.lower_plan(algorithm, graph, options))
+
+
+def unmeasured_settings(runner: Runner) -> tuple[str, ...]:
+    """The settings a runner's measurement does not apply, so it cannot tell their values apart: a runner of
+    the algorithm IR on real hardware (mpi) moves the bytes without a protocol or instances; the simulator
+    models both and a runner of a runtime file runs them as lowered."""
+    return ("protocol", "instances") if runner.real_hardware and runner.runtime_file is None else ()
 
 
 def lowering(runner: Runner) -> Callable[[Algorithm, str, int], str] | None:

@@ -122,6 +122,8 @@ class Objective:
         trial.set_user_attr("cache_hit", synth.cache_hit)
         trial.set_user_attr("synth_seconds", synth.seconds)
         trial.set_user_attr("solver_status", synth.status)
+        trial.set_user_attr("steps", synth.algorithm.num_steps)          # tie-breaks of tuning/winners.py
+        trial.set_user_attr("transfers", len(synth.algorithm.transfers))
 
         sim = size_results(simulate_times(synth.algorithm, self.graph, self.reference.sizes, st.protocol, st.instances),
                            self.reference, cfg.collective, self.ranks, simulated=True)
@@ -189,7 +191,8 @@ class Objective:
         if synth is not None:
             tags.update(sketch_key=synth.sketch_key, cache_key=synth.key, solver_status=synth.status, cache_hit=str(synth.cache_hit).lower())
             metrics.update(synth_seconds=synth.seconds, model_variables=synth.variables,
-                           model_constraints=synth.constraints)
+                           model_constraints=synth.constraints, steps=synth.algorithm.num_steps,
+                           transfers=len(synth.algorithm.transfers))
             artifacts["algorithm.json"] = json.dumps(to_json(synth.algorithm))
             if state == "COMPLETE":
                 st = record["settings"]

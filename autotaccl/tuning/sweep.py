@@ -39,8 +39,9 @@ from .objective import Objective, SweepConfig, TrialFailed
 from .records import log_baselines, reconcile, sweep_run
 from .reference import compute_reference, load_reference, save_reference
 from .samplers import SAMPLERS, Sampler, make_sampler
-from .space import SearchSpace, load_space, sample, space_to_dict
+from .space import SearchSpace, load_space, sample, sketch_to_params, space_to_dict
 from .study import open_study, seed
+from .winners import Entry, pick, record, result_at, trial_entries
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +130,7 @@ class SizeWinner:
     busbw: float
     bound_pct: float
     nccl_time_us: float | None = None   # stock NCCL as nccl-model predicts it (None: no prediction)
+    trial: int | str = ""               # the winner: Optuna trial number or the baseline's name
 
     @property
     def speedup(self) -> float:
@@ -149,6 +151,10 @@ class StudySummary:
     best_value: float | None
     best_trial: int | None
     per_size: tuple[SizeWinner, ...]
+
+    @property
+    def winners(self) -> list[dict]:
+        return [record(self.collective, w.size, w.trial) for w in self.per_size]
 
 
 # --------------------------------------------------------------------------- storage, sampler
@@ -298,27 +304,25 @@ def optimize(config: SweepConfig, study: optuna.Study, n_trials: int,
 
 
 def summarize(study: optuna.Study, config: SweepConfig) -> StudySummary:
+    """Counts, the best objective and, per size, the winner by :func:`autotaccl.tuning.winners.pick`."""
     trials = study.get_trials(deepcopy=False)
     counts = {s.name: sum(1 for t in trials if t.state == s) for s in TrialState}
     ref = load_reference(Path(config.reference))
     complete = [t for t in trials if t.state == TrialState.COMPLETE and "results" in t.user_attrs]
     per_size = []
     for i, size in enumerate(ref.sizes):
-        base_name, base_time = ref.best(i)
-        # by size, not position: after --extend added sizes, older trials have no result at the new ones
-        at = [(r, t) for t in complete for r in t.user_attrs["results"] if r["size"] == size]
-        best = min(at, key=lambda x: x[0]["time_us"], default=None)
-        factor = (ref.sizes[i] / base_time / 1e3)
+        bases = [Entry(name, times[i]) for name, times in ref.times.items()]
+        won, base = pick(trial_entries(complete, size), bases)
         nccl = ref.nccl_times[i] if ref.nccl_times else None
-        busbw_factor = ref.algorithm(base_name).collective.busbw_factor
-        if best is not None and best[0]["time_us"] < base_time:
-            r = best[0]
-            label = f"trial {best[1].number}" + (" (no XML)" if "xml_error" in best[1].user_attrs else "")
-            per_size.append(SizeWinner(size, label, r["time_us"], base_name, base_time,
-                                       r["busbw"], r["bound_pct"], nccl))
+        if won.is_baseline:
+            factor = size / base.time_us / 1e3
+            busbw_factor = ref.algorithm(str(base.trial)).collective.busbw_factor
+            per_size.append(SizeWinner(size, f"baseline:{base.trial}", base.time_us, str(base.trial), base.time_us,
+                                       factor * busbw_factor, 100 * factor / ref.bound_algbw[i], nccl, won.trial))
         else:
-            per_size.append(SizeWinner(size, f"baseline:{base_name}", base_time, base_name, base_time,
-                                       factor * busbw_factor, 100 * factor / ref.bound_algbw[i], nccl))
+            r = result_at(won.handle, size)
+            per_size.append(SizeWinner(size, f"trial {won.trial}", r["time_us"], str(base.trial), base.time_us,
+                                       r["busbw"], r["bound_pct"], nccl, won.trial))
     best_trial = min(complete, key=lambda t: t.value, default=None)
     return StudySummary(config.study_name, config.collective, config.experiment_id, config.parent_run_id, counts,
                         None if best_trial is None else best_trial.value,
@@ -337,10 +341,11 @@ def finish_parent(client, summary: StudySummary) -> None:
         metrics[f"best_bound_pct.{w.size}"] = w.bound_pct
     for state, n in summary.counts.items():
         metrics[f"trials_{state.lower()}"] = n
-    from mlflow.entities import Metric
+    from mlflow.entities import Metric, RunTag
 
     ts = int(time.time() * 1000)
-    client.log_batch(summary.parent_run_id, metrics=[Metric(k, float(v), ts, 0) for k, v in metrics.items()])
+    tags = [RunTag(f"winner.{w.size}", str(w.trial)) for w in summary.per_size]   # the same rule as export/report
+    client.log_batch(summary.parent_run_id, metrics=[Metric(k, float(v), ts, 0) for k, v in metrics.items()], tags=tags)
     client.set_terminated(summary.parent_run_id, "FINISHED")
 
 

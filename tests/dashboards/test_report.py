@@ -41,10 +41,12 @@ def test_report_has_every_plot_and_the_table(tracked, capsys):
     assert main(["report", "--tracking-uri", uri, "-o", str(target)]) == 0
     assert str(target / "index.html") in capsys.readouterr().out
     page = (target / "index.html").read_text()
-    for name in ("ndv2x2-allgather-busbw.png", "ndv2x2-allgather-history.png", "ndv2x2-allgather-importances.png"):
+    for name in ("ndv2x2-allgather-busbw.png", "ndv2x2-allgather-time.png", "ndv2x2-allgather-history.png",
+                 "ndv2x2-allgather-importances.png"):
         assert f'src="{name}"' in page
         assert (target / name).read_bytes().startswith(PNG)
-    assert page.count("<tr>") == 1 + 3                   # header + one row per size
+    sizes = page.split('<table class="sizes">')[1].split("</table>")[0]
+    assert sizes.count("<tr>") == 1 + 3                  # header + one row per size
     assert "hierarchical" in page and "% of bound" in page
 
 
@@ -53,7 +55,10 @@ def test_names_are_escaped(tracked):
     mlflow.set_tracking_uri(uri)
     frame = mlflow.search_runs(experiment_names=["ndv2x2-allgather"])
     frame.loc[frame["tags.autotaccl.kind"] == "baseline", "tags.baseline"] = "<script>alert(1)</script>"
-    html = experiment_section(SimpleNamespace(name="x<b>&y"), frame, tracked[0])
+    client = mlflow.MlflowClient()
+    real = client.get_experiment_by_name("ndv2x2-allgather")
+    experiment = SimpleNamespace(name="x<b>&y", experiment_id=real.experiment_id, tags=real.tags)
+    html, _ = experiment_section(experiment, frame, tracked[0], client)
     assert "<script>" not in html and "&lt;script&gt;" in html
     assert "x&lt;b&gt;&amp;y" in html and "<b>" not in html
 
@@ -63,3 +68,27 @@ def test_unknown_experiment_is_exit_2(tracked, capsys):
     assert main(["report", "--tracking-uri", uri, "--experiment", "none-such", "-o", str(tmp / "r2")]) == 2
     assert "--experiment: none-such" in capsys.readouterr().err
     assert not (tmp / "r2").exists()
+
+
+def test_report_links_the_export_it_is_given_and_names_its_winners(tracked, capsys):
+    import json
+    import re
+
+    tmp, uri = tracked
+    assert main(["report", "--tracking-uri", uri, "--export", str(tmp / "nowhere"), "-o", str(tmp / "r3")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--export" in err and not (tmp / "r3").exists()
+    assert main(["export", "--tracking-uri", uri, "-o", str(tmp / "exp")]) == 0
+    moved = tmp / "elsewhere"
+    (tmp / "exp").rename(moved)                 # the export's own record now points at a missing directory
+    assert main(["report", "--tracking-uri", uri, "-o", str(tmp / "r4")]) == 0
+    assert "No export of this experiment found" in (tmp / "r4" / "index.html").read_text()
+    assert main(["report", "--tracking-uri", uri, "--export", str(moved), "-o", str(tmp / "r5")]) == 0
+    page = (tmp / "r5" / "index.html").read_text()
+    links = re.findall(r'<a href="([^"]+)"', page)
+    assert all((tmp / "r5" / link).resolve().is_file() for link in links) and any("elsewhere" in li for li in links)
+    table = json.loads((moved / "table.json").read_text())
+    assert json.loads((tmp / "r5" / "report.json").read_text())["winners"] == table["winners"]
+    assert json.loads((tmp / "r4" / "report.json").read_text())["winners"] == table["winners"]   # computed alike
+    for band in table["ranges"]:
+        assert band["winner"] in page and band["protocol"] in page

@@ -4,6 +4,7 @@ Needs Debian's ``chromium`` package (``apt-get install -y chromium``); .ci/run i
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -34,7 +35,11 @@ window.addEventListener("load", () => {
   const imgs = [...document.images];
   document.body.setAttribute("data-images", imgs.length);
   document.body.setAttribute("data-decoded", imgs.filter(i => i.complete && i.naturalWidth > 100).length);
-  document.body.setAttribute("data-rows", document.querySelectorAll("table tr").length);
+  document.body.setAttribute("data-rows", document.querySelectorAll("table.sizes tr").length);
+  document.body.setAttribute("data-bands", document.querySelectorAll("table.winners tr").length - 1);
+  document.body.setAttribute("data-links", [...document.querySelectorAll("table.winners a")].length);
+  const w = document.querySelector("table.winners");
+  document.body.setAttribute("data-winners-width", w ? Math.round(w.getBoundingClientRect().width) : 0);
 });
 </script></body>"""
 
@@ -60,15 +65,37 @@ def dump_dom(url: str) -> str:
 
 def test_report_renders_in_headless_chromium(swept, tmp_path):
     out = swept
+    uri = f"sqlite:///{out / 'mlflow.db'}"
+    assert main(["export", "--tracking-uri", uri, "-o", str(tmp_path / "export")]) == 0
     target = tmp_path / "report"
-    assert main(["report", "--tracking-uri", f"sqlite:///{out / 'mlflow.db'}", "-o", str(target)]) == 0
+    assert main(["report", "--tracking-uri", uri, "-o", str(target)]) == 0
+    bands = len(json.loads((tmp_path / "export" / "table.json").read_text())["ranges"])
     probe = target / "probe.html"           # the page plus a script that records what the browser decoded
-    probe.write_text((target / "index.html").read_text().replace("</body>", PROBE))
+    page = (target / "index.html").read_text()
+    probe.write_text(page.replace("</body>", PROBE))
     dom = dump_dom(probe.as_uri())
-    assert 'data-images="3"' in dom
-    assert 'data-decoded="3"' in dom, "every PNG plot must decode in the browser"
+    assert 'data-images="4"' in dom         # busbw and time vs size, optimisation history, importances
+    assert 'data-decoded="4"' in dom, "every PNG plot must decode in the browser"
     assert 'data-rows="3"' in dom           # header + 2 sizes
-    assert "ndv2x2-allgather" in dom and "busbw vs size" in dom
+    assert f'data-bands="{bands}"' in dom   # the winners table: one row per exported band
+    assert int(re.search(r'data-winners-width="(\d+)"', dom).group(1)) > 300
+    assert "ndv2x2-allgather" in dom and "busbw vs size" in dom and "time vs size" in dom
+    for cmd in ("MSCCL_ALGO_DIR", "MSCCL_XML_FILES", "ExecutionPlan", "NCCL_TUNER_CONFIG_FILE"):
+        assert cmd in dom, cmd
+    links = re.findall(r'<a href="([^"]+)"', page)
+    assert any(link.endswith(".plan.json") for link in links) and any("nccl_tuner.conf" in link for link in links)
+    assert all((target / link).resolve().is_file() for link in links), links    # every link reaches its file
+    shot = tmp_path / "shot.png"
+    result = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files",
+                             "--virtual-time-budget=5000", "--window-size=1280,2400", f"--screenshot={shot}",
+                             (target / "index.html").as_uri()], capture_output=True, text=True, timeout=90)
+    assert result.returncode == 0 and shot.is_file(), result.stderr[-2000:]
+    from PIL import Image
+
+    pixels = Image.open(shot).convert("L")
+    histogram = pixels.histogram()
+    assert sum(1 for n in histogram if n) > 50          # text and plots, not a blank page
+    assert max(histogram) < 0.97 * sum(histogram)
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,8 @@
 """`autotaccl export`: the table is checked against the tracked runs; every XML passes check_xml."""
 from __future__ import annotations
 
+import json
+import re
 import xml.etree.ElementTree as ET
 
 import mlflow
@@ -9,10 +11,12 @@ import pytest
 import yaml
 
 from autotaccl.cli import main
+from autotaccl.formats.msccl import check_xml
+from autotaccl.formats.mscclpp import check_plan_file, read_plan
 from autotaccl.tuning.export import winners
 from autotaccl.tuning.sweep import TuneRequest, tune
+from autotaccl.tuning.winners import Entry, pick
 from support import fresh_store
-from autotaccl.formats.msccl import check_xml
 
 SIZES = [1024, 32768, 1048576, 16777216]
 SPACE = {
@@ -29,21 +33,26 @@ SPACE = {
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
+def swept(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("export")
     space = tmp / "space.yaml"
     space.write_text(yaml.safe_dump(SPACE, sort_keys=False))
     out = tmp / "runs"
     fresh_store(out)
-    tune(TuneRequest(space=str(space), trials=4, out=str(out), sampler="random", seed=3, progress=False))
-    uri = f"sqlite:///{out / 'mlflow.db'}"
+    (summary,) = tune(TuneRequest(space=str(space), trials=6, out=str(out), sampler="random", seed=3, progress=False))
+    return tmp, f"sqlite:///{out / 'mlflow.db'}", summary
+
+
+@pytest.fixture(scope="module")
+def exported(swept):
+    tmp, uri, _ = swept
     target = tmp / "export"
     target.mkdir()
     (target / "stale.xml").write_text("<algo/>")      # a previous export's leftover
     assert main(["export", "--tracking-uri", uri, "--experiment", "ndv2x2-allgather", "-o", str(target)]) == 0
     mlflow.set_tracking_uri(uri)
     runs = mlflow.search_runs(experiment_names=["ndv2x2-allgather"])
-    return uri, target, runs, pd.read_csv(target / "table.csv")
+    return uri, target, runs, pd.read_csv(target / "table.csv", keep_default_na=False)
 
 
 def test_table_picks_the_fastest_verified_run_at_every_size(exported):
@@ -56,46 +65,182 @@ def test_table_picks_the_fastest_verified_run_at_every_size(exported):
         row = table[(table.min_size <= size) & (table.max_size >= size)]
         assert len(row) == 1, size
         row = row.iloc[0]
-        best_trial = trials.loc[trials[col].idxmin()]
-        best_base = bases.loc[bases[col].idxmin()]
-        if best_trial[col] < best_base[col]:
-            chosen = trials[trials.run_id == row.run_id].iloc[0]     # a tie may keep the previous size's winner
-            assert chosen[col] == best_trial[col]
+        best_trial = trials[col].min()
+        best_base = bases[col].min()
+        if best_trial < best_base:
+            chosen = trials[trials.run_id == row.run_id].iloc[0]
+            assert chosen[col] == best_trial
             assert row.winner == f"trial-{chosen['tags.optuna.trial']}"
             assert row.protocol == chosen["params.protocol"]
+            tied = trials[trials[col] == best_trial]     # the tie-break: fewer steps, then transfers, then earlier
+            key = tied.apply(lambda t: (t["metrics.steps"], t["metrics.transfers"], t["tags.cache_hit"] == "true",
+                                        int(t["tags.optuna.trial"])), axis=1)
+            assert key[tied.run_id == row.run_id].iloc[0] == min(key)
         else:
-            assert row.winner == f"baseline:{best_base['tags.baseline']}"
-            assert pd.isna(row.xml) or row.xml == ""
+            assert row.winner == f"baseline:{bases.loc[bases[col].idxmin(), 'tags.baseline']}"
+            assert row.xml == "" and row.msccl.startswith("stock NCCL")
+
+
+def test_summary_table_report_and_parent_run_name_the_same_winner(swept, exported, tmp_path, capsys):
+    uri, target, runs, _ = exported
+    tmp, _, summary = swept
+    assert main(["report", "--tracking-uri", uri, "--experiment", "ndv2x2-allgather", "-o", str(tmp_path / "r")]) == 0
+    capsys.readouterr()
+    # the sweep is complete: `tune --json` runs no trial and prints the summary again
+    assert main(["tune", "--space", str(tmp / "space.yaml"), "--trials", "6", "--out", str(tmp / "runs"),
+                 "--sampler", "random", "--seed", "3", "--json"]) == 0
+    (printed,) = json.loads(capsys.readouterr().out)
+    table = json.loads((target / "table.json").read_text())["winners"]
+    report = json.loads((tmp_path / "r" / "report.json").read_text())["winners"]
+    assert summary.winners == printed["winners"] == table == report
+    assert [w["bytes"] for w in table] == SIZES and {w["collective"] for w in table} == {"allgather"}
+    parent = runs[runs["tags.autotaccl.kind"] == "sweep"].iloc[0]
+    assert [parent[f"tags.winner.{s}"] for s in SIZES] == [str(w["trial"]) for w in table]
 
 
 def test_ranges_are_merged_and_contiguous(exported):
     _, _, _, table = exported
     assert table.min_bytes.iloc[0] == 0
     for a, b in zip(table.itertuples(), list(table.itertuples())[1:]):
-        assert b.min_bytes == a.max_bytes + 1 == b.min_size
+        assert b.min_bytes == int(a.max_bytes) + 1 == b.min_size
         assert a.run_id != b.run_id                       # equal neighbours would have been merged
-    assert table.max_bytes.iloc[-1] == SIZES[-1]
+    assert table.max_bytes.iloc[-1] == ""                 # the largest band is open-ended
     covered = sum(1 for s in SIZES for r in table.itertuples() if r.min_size <= s <= r.max_size)
     assert covered == len(SIZES)
 
 
-def test_every_exported_xml_passes_check_xml_and_carries_its_range(exported):
+def test_every_exported_xml_passes_check_xml_and_carries_its_band(exported):
     _, target, _, table = exported
-    files = sorted(p.name for p in target.glob("*.xml"))
-    listed = sorted(x for x in table.xml.dropna() if x)
+    files = sorted(p.relative_to(target).as_posix() for p in target.glob("msccl/*.xml"))
+    listed = sorted(x for x in table.xml if x)
     assert files == listed and files, "at least one synthesized algorithm should beat the baselines somewhere"
-    for row in table[table.xml.notna() & (table.xml != "")].itertuples():
+    for row in table[table.xml != ""].itertuples():
         report = check_xml(target / row.xml)
         assert report.valid, str(report)
         algo = ET.parse(target / row.xml).getroot()
         assert int(algo.get("minBytes")) == row.min_bytes
-        assert int(algo.get("maxBytes")) == row.max_bytes
+        assert int(algo.get("maxBytes")) == (0 if row.max_bytes == "" else int(row.max_bytes))   # 0: no limit
         assert algo.get("proto") == row.protocol
         assert int(algo.get("ngpus")) == 16
+        assert row.msccl == row.xml
     assert not (target / "stale.xml").exists()           # replaced as a whole
     for name in ("table.md", "table.json", "README.md"):
         assert (target / name).is_file()
-    assert "MSCCL_ALGO_DIR" in (target / "README.md").read_text()
+    readme = (target / "README.md").read_text()
+    for needle in ("MSCCL_ALGO_DIR", "MSCCL_XML_FILES", "ExecutionPlan", "MSCCLPP_EXECUTION_PLAN_DIR",
+                   "NCCL_TUNER_PLUGIN", "NCCL_TUNER_CONFIG_FILE"):
+        assert needle in readme, needle
+
+
+def band_of(name: str) -> tuple[int, int | None]:
+    """The band a file name says it serves: ``...-from512K-below4M...`` = [512K, 4M - 1], ``-up`` = no limit."""
+    from autotaccl.sizes import parse_size
+
+    m = re.search(r"-from([0-9]+[KMG]?)-(?:below([0-9]+[KMG]?)|up)\.", name)
+    assert m, name
+    return parse_size(m.group(1)), None if m.group(2) is None else parse_size(m.group(2)) - 1
+
+
+def test_each_runtime_covers_the_size_axis_with_no_gap_or_overlap_in_its_own_convention(exported):
+    """Every size in [0, 2^40] is selected by exactly one band of the table, and each runtime's file for a
+    band selects exactly that band: executor inclusive (0 = no limit), legacy exclusive (capped at 1 GiB),
+    MSCCL++ inclusive (2^64-1 = no limit). File names say the band."""
+    _, target, _, table = exported
+    bands = [(r.min_bytes, None if r.max_bytes == "" else int(r.max_bytes)) for r in table.itertuples()]
+    probes = sorted({0, 1, 2 ** 40} | {b + d for lo, hi in bands for b in (lo, hi or lo) for d in (-1, 0, 1) if b + d >= 0})
+    for n in probes:
+        assert sum(lo <= n and (hi is None or n <= hi) for lo, hi in bands) == 1, n
+    for row in table.itertuples():
+        band = (row.min_bytes, None if row.max_bytes == "" else int(row.max_bytes))
+        if not row.xml:
+            continue
+        legacy = ET.parse(target / row.msccl_legacy).getroot()
+        lo, hi = int(legacy.get("minBytes")), int(legacy.get("maxBytes"))     # legacy: minBytes <= n < maxBytes
+        assert lo == band[0] and hi == (band[1] + 1 if band[1] is not None else 1 << 30)
+        assert check_xml(target / row.msccl_legacy, runtime="msccl").valid
+        plans = row.mscclpp.split(", ")
+        assert [p.rsplit(".", 3)[1] for p in plans] == ["outofplace", "inplace"]
+        for name in [row.xml, row.msccl_legacy, *plans]:
+            assert band_of(name) == band, name
+        for name in plans:
+            plan, _ = read_plan(target / name)
+            assert (plan.min_message_size, plan.max_message_size) == (band[0], (1 << 64) - 1 if band[1] is None
+                                                                      else band[1])
+            assert plan.inplace == name.endswith(".inplace.plan.json")
+            report = check_plan_file(target / name)
+            assert report.valid, f"{name}: {report}"
+
+
+# --------------------------------------------------------------------------- NCCL's example tuner plugin
+# A reader that follows plugins/tuner/example/plugin.c of NVIDIA/nccl: lines starting with '#' or empty are
+# skipped; a line is cut at commas (strtok: empty fields vanish), each field trimmed of spaces and tabs; 8 to
+# 10 fields make a rule; unknown names fall back (collective: allreduce, algorithm: ring, protocol: simple).
+# getCollInfo sets the channel count to 1, takes the first rule whose collective matches, with
+# min <= nBytes <= max, nNodes/nRanks equal or -1 (numPipeOps/regBuff likewise), and whose (algorithm,
+# protocol) NCCL has not marked ignored; it zeroes that cost and sets the channels unless the rule says -1.
+
+def plugin_rules(text: str) -> list[dict]:
+    rules = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("#") or line.startswith("\n"):
+            continue
+        fields = [f.strip(" \t") for f in line.rstrip("\n").split(",") if f != ""]
+        if not 8 <= len(fields) <= 10:
+            continue
+        fields += ["-1"] * (10 - len(fields))
+        coll = fields[0] if fields[0] in ("broadcast", "reduce", "allgather", "reducescatter", "allreduce") \
+            else "allreduce"
+        algo = fields[3] if fields[3] in ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree",
+                                          "pat") else "ring"
+        proto = fields[4] if fields[4] in ("ll", "ll128", "simple") else "simple"
+        rules.append({"coll": coll, "min": int(fields[1]), "max": int(fields[2]), "algo": algo, "proto": proto,
+                      "channels": int(fields[5]), "nodes": int(fields[6]), "ranks": int(fields[7]),
+                      "pipe": int(fields[8]), "reg": int(fields[9])})
+    return rules
+
+
+def plugin_choice(rules, coll: str, n_bytes: int, nodes: int, ranks: int, ignored=frozenset(),
+                  pipe_ops: int = 1, reg_buff: int = 0) -> tuple[str | None, str | None, int]:
+    """(algorithm, protocol, channels) the plugin hands NCCL; (None, None, 1) when no rule applies."""
+    for r in rules:
+        if (r["coll"] == coll and r["min"] <= n_bytes <= r["max"] and r["nodes"] in (-1, nodes)
+                and r["ranks"] in (-1, ranks) and r["pipe"] in (-1, pipe_ops) and r["reg"] in (-1, reg_buff)):
+            if (r["algo"], r["proto"]) in ignored:
+                continue
+            return r["algo"], r["proto"], 1 if r["channels"] == -1 else r["channels"]
+    return None, None, 1
+
+
+def test_the_reader_follows_the_plugin_on_its_own_kind_of_file():
+    rules = plugin_rules("# c\n\nallreduce,0,100,tree,simple,2,1,-1\nallreduce,50,200,ring,ll128,-1,-1,-1,4\n"
+                         " allgather , 0 , 10 , nvls , simple , 3 , -1 , 8\nshort,1,2\nalltoall,0,9,ring,ll,5,-1,-1\n")
+    assert plugin_choice(rules, "allreduce", 60, 1, 8) == ("tree", "simple", 2)             # first match wins
+    assert plugin_choice(rules, "allreduce", 60, 2, 8) == (None, None, 1)    # nNodes exact; pipeOps 4 != 1
+    assert plugin_choice(rules, "allreduce", 60, 2, 8, pipe_ops=4) == ("ring", "ll128", 1)  # -1: stays 1
+    assert plugin_choice(rules, "allreduce", 60, 1, 8, ignored={("tree", "simple")}) == (None, None, 1)
+    assert plugin_choice(rules, "allgather", 10, 4, 8) == ("nvls", "simple", 3)            # max inclusive
+    assert plugin_choice(rules, "allreduce", 5, 3, 3) == ("ring", "ll", 5)     # "alltoall" parses as allreduce
+
+
+def test_nccl_tuner_config_resolves_every_band_to_nccl_models_choice(exported):
+    uri, target, runs, table = exported
+    text = (target / "nccl" / "nccl_tuner.conf").read_text()
+    rules = plugin_rules(text)
+    assert rules and all(r["channels"] > 0 for r in rules)     # -1 would leave NCCL at the plugin's 1 channel
+    nccl = runs[runs["tags.autotaccl.kind"] == "nccl"].iloc[0]
+    by_size = {s: tuple(nccl[f"tags.nccl.{s}"].split("/")) for s in SIZES}
+    proto = {"LL": "ll", "LL128": "ll128", "Simple": "simple"}
+    lines = text.splitlines()
+    for row in table.itertuples():
+        hi = None if row.max_bytes == "" else int(row.max_bytes)
+        for n in {row.min_bytes, row.min_size, row.max_size, hi if hi is not None else 1 << 50}:
+            algo, protocol, channels = plugin_choice(rules, "allgather", n, 2, 16)
+            chosen = max((s for s in SIZES if s <= n), default=SIZES[0])    # the band's sizes share a choice
+            a, p, c = by_size[chosen]
+            assert (algo, protocol, channels) == (a, proto[p], int(c)), n
+        assert plugin_choice(rules, "allgather", row.min_bytes, 1, 8) == (None, None, 1)   # another target
+        for ln in row.nccl.split(" line ")[1].split(" ")[0].split(","):
+            assert lines[int(ln) - 1].startswith("allgather,")          # the table points at its rows
 
 
 def test_export_table_is_logged_to_mlflow(exported):
@@ -121,23 +266,37 @@ def test_baseline_wins_ties_and_where_trials_are_slower():
          "metrics.time_us.1024": 10.0, "metrics.time_us.2048": 20.0, "metrics.time_us.4096": 40.0},
         {"run_id": "b2", "tags.autotaccl.kind": "baseline", "tags.baseline": "direct",
          "metrics.time_us.1024": 12.0, "metrics.time_us.2048": 15.0, "metrics.time_us.4096": 50.0},
-        {"run_id": "t1", "tags.autotaccl.kind": "trial", "tags.baseline": None,
+        {"run_id": "t1", "tags.autotaccl.kind": "trial", "tags.baseline": None, "tags.optuna.trial": "0",
          "metrics.time_us.1024": 10.0, "metrics.time_us.2048": 16.0, "metrics.time_us.4096": 30.0},
     ])
     rows = winners(frame, [1024, 2048, 4096], excluded=set())
     assert [r["run"].run_id for r in rows] == ["b1", "b2", "t1"]   # tie -> baseline; slower trial loses
+    assert [r["trial"] for r in rows] == ["ring", "direct", 0]
     assert [r["baseline"] for r in rows] == ["ring", "direct", "ring"]
     rows = winners(frame, [4096], excluded={"t1"})
     assert rows[0]["run"].run_id == "b1"
 
 
-def test_a_tie_keeps_the_previous_winner_so_ranges_do_not_split():
+def test_ties_go_to_fewer_steps_then_transfers_then_a_fresh_synthesis_then_the_earliest_trial():
+    base = [Entry("ring", 100.0)]
+    t = [Entry(5, 10.0, steps=3, transfers=9), Entry(3, 10.0, steps=4, transfers=1), Entry(9, 11.0, steps=1)]
+    assert pick(t, base)[0].trial == 5                                         # fewer steps
+    t = [Entry(5, 10.0, 3, 9), Entry(7, 10.0 * (1 + 1e-12), 3, 8)]             # equal within TIE; fewer transfers
+    assert pick(t, base)[0].trial == 7
+    t = [Entry(2, 10.0, 3, 8, cache_hit=True), Entry(6, 10.0, 3, 8), Entry(4, 10.0, 3, 8)]
+    assert pick(t, base)[0].trial == 4                                         # not a cache hit, then earliest
+    assert pick(list(reversed(t)), base)[0].trial == 4                         # whatever the order given
+    assert pick([Entry(1, float("nan"))], base)[0].trial == "ring"             # NaN never wins
+    assert pick([], [Entry("tree", 5.0), Entry("direct", 5.0)])[0].trial == "direct"
+
+
+def test_a_tie_goes_to_the_same_trial_at_every_size_so_bands_do_not_split():
     frame = pd.DataFrame([
         {"run_id": "b", "tags.autotaccl.kind": "baseline", "tags.baseline": "ring",
          "metrics.time_us.1024": 50.0, "metrics.time_us.2048": 50.0},
-        {"run_id": "t2", "tags.autotaccl.kind": "trial", "tags.baseline": None,
+        {"run_id": "t2", "tags.autotaccl.kind": "trial", "tags.baseline": None, "tags.optuna.trial": "2",
          "metrics.time_us.1024": 11.0, "metrics.time_us.2048": 20.0},
-        {"run_id": "t1", "tags.autotaccl.kind": "trial", "tags.baseline": None,
+        {"run_id": "t1", "tags.autotaccl.kind": "trial", "tags.baseline": None, "tags.optuna.trial": "1",
          "metrics.time_us.1024": 10.0, "metrics.time_us.2048": 20.0},
     ])
     assert [r["run"].run_id for r in winners(frame, [1024, 2048], set())] == ["t1", "t1"]
@@ -173,3 +332,62 @@ def test_a_run_still_running_never_wins_even_if_faster(exported):
         assert all(r["run"].run_id != run.info.run_id for r in winners(frame, SIZES, set()))
     finally:
         client.delete_run(run.info.run_id)
+
+
+def test_knobs_the_runner_cannot_tell_apart_are_exported_at_the_default_and_marked():
+    """The mpi runner moves the algorithm's bytes without a protocol or instances: a trial's LL128 x2 is
+    exported as Simple x1 and marked "not measured"; the simulator and runtime-file runners measure both."""
+    from types import SimpleNamespace
+
+    from runners import get_runner
+
+    from autotaccl.tuning.export import markdown, ranges_for, table_frame
+    from autotaccl.tuning.lowered import unmeasured_settings
+
+    assert unmeasured_settings(get_runner("mpi")) == ("protocol", "instances")
+    assert unmeasured_settings(get_runner("sim")) == () == unmeasured_settings(get_runner("nccl-tests"))
+    frame = pd.DataFrame([
+        {"run_id": "b", "tags.autotaccl.kind": "baseline", "tags.baseline": "ring", "metrics.time_us.1024": 50.0},
+        {"run_id": "t", "tags.autotaccl.kind": "trial", "tags.baseline": None, "tags.optuna.trial": "4",
+         "params.protocol": "LL128", "params.instances": "2", "params.engine": "greedy",
+         "params.chunkup": "2", "metrics.time_us.1024": 10.0}])
+    experiment = SimpleNamespace(name="x-allgather", tags={"autotaccl.collective": "allgather", "autotaccl.nodes": "2"})
+    (measured,) = ranges_for(experiment, frame, set())
+    assert (measured.protocol, measured.instances, measured.not_measured) == ("LL128", 2, ())
+    (rng,) = ranges_for(experiment, frame, set(), not_measured=("protocol", "instances"))
+    assert (rng.protocol, rng.instances, rng.not_measured) == ("Simple", 1, ("protocol", "instances"))
+    assert rng.config == (("chunkup", "2"),) and rng.engine == "greedy" and rng.max_bytes is None
+    table = table_frame([rng])
+    assert table.not_measured.iloc[0] == "protocol (not measured);instances (not measured)"
+    assert "Simple (not measured) | 1 (not measured)" in markdown(table)
+
+
+def test_an_exact_three_way_tie_goes_to_the_same_trial_everywhere(tmp_path, capsys):
+    """mip_gap does nothing to the greedy engine: three trials synthesize the same algorithm and tie exactly.
+    Before one rule, the summary, the table and the report broke such a tie three different ways."""
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({
+        "target": {"hardware": "ndv2", "nodes": 2, "collective": "allgather"}, "sizes": "1K,32M",
+        "fixed": {"engine": "greedy", "internode_conn": "relay", "relay_map": "1:0", "symmetry": "8/16", "chunkup": 1},
+        "parameters": {"mip_gap": {"type": "categorical", "choices": [0.0, 0.01, 0.02]}}}, sort_keys=False))
+    out = tmp_path / "runs"
+    fresh_store(out)
+    assert main(["tune", "--space", str(space), "--trials", "3", "--out", str(out), "--sampler", "bruteforce",
+                 "--json"]) == 0
+    (printed,) = json.loads(capsys.readouterr().out)
+    uri = f"sqlite:///{out / 'mlflow.db'}"
+    assert main(["export", "--tracking-uri", uri, "-o", str(tmp_path / "export")]) == 0
+    assert main(["report", "--tracking-uri", uri, "-o", str(tmp_path / "report")]) == 0
+    mlflow.set_tracking_uri(uri)
+    runs = mlflow.search_runs(experiment_names=["ndv2x2-allgather"])
+    trials = runs[runs["tags.autotaccl.kind"] == "trial"]
+    big = trials["metrics.time_us.33554432"]
+    assert len(trials) == 3 and big.nunique() == 1 and trials["metrics.steps"].nunique() == 1   # an exact tie
+    assert big.iloc[0] < runs.loc[runs["tags.autotaccl.kind"] == "baseline", "metrics.time_us.33554432"].min()
+    expected = [{"collective": "allgather", "bytes": 1024, "trial": printed["winners"][0]["trial"]},
+                {"collective": "allgather", "bytes": 33554432, "trial": 0}]            # the earliest trial
+    assert printed["winners"] == expected
+    assert json.loads((tmp_path / "export" / "table.json").read_text())["winners"] == expected
+    assert json.loads((tmp_path / "report" / "report.json").read_text())["winners"] == expected
+    parent = runs[runs["tags.autotaccl.kind"] == "sweep"].iloc[0]
+    assert parent["tags.winner.33554432"] == "0"
