@@ -182,7 +182,8 @@ def _milp(lt: LogicalTopology, options: SynthOptions, sketch) -> tuple[Algorithm
     except LicenceLimitError as err:   # only when gurobi was asked for by name; auto falls back to highs
         raise ParameterError("SynthOptions.solver", "gurobi",
                              f"a solver that admits this model ({err}); use auto or highs") from None
-    worst = "optimal" if all(s.status in ("optimal", "at_bound", "heuristic") for s in stages.values()) else "time_limit"
+    done = ("optimal", "at_bound", "heuristic")
+    worst = "optimal" if all(s.status in done for s in stages.values()) else "time_limit"
     chosen, report = _select(lt, options.size, algorithm, quick)
     stages = {**quick_stages, **stages, "select": report}
     if chosen is quick:

@@ -18,7 +18,8 @@ log = logging.getLogger(__name__)
 
 
 def milp_choice(space: "SearchSpace") -> str | None:
-    """The field that lets trials choose ``engine: milp`` (``fixed.engine``, ``parameters.engine.choices[i]``), or None."""
+    """The field that lets trials choose ``engine: milp`` (``fixed.engine`` or ``parameters.engine.choices[i]``),
+    or None."""
     if space.fixed.get("engine") == "milp":
         return "fixed.engine"
     for p in space.parameters:
