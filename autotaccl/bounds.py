@@ -16,13 +16,18 @@ All bounds read the topology's capacity graph (GPUs, switches, NICs; arcs with `
   ``algbw = 1 / tau``.
 * Broadcast: ``min over v of maxflow(root -> v)``.
 
-``bound_algbw(b, size)`` combines both: ``size / max(latency, size / algbw)``.
+``bound_time_us(b, size)`` combines both: ``max(latency, size / algbw)``; ``bound_algbw`` is its bandwidth.
+
+``efficiency`` (link class -> share of the line rate a transfer moves at) derates every arc before the
+same computation: the ceiling of what the simulator, whose arcs run at ``capacity * efficiency``, can
+give any algorithm (``autotaccl.selection.attainable_us`` adds its protocol terms).
 """
 from __future__ import annotations
 
 import logging
 import math
 from dataclasses import dataclass
+from typing import Mapping
 
 import networkx as nx
 
@@ -41,20 +46,26 @@ class Bounds:
     latency_us: float
 
 
-def bounds(graph: nx.DiGraph, collective_name: str) -> Bounds:
-    """Bandwidth and latency ceilings of ``collective_name`` on ``graph`` (cached per graph and collective)."""
+def bounds(graph: nx.DiGraph, collective_name: str, efficiency: Mapping[str, float] | None = None) -> Bounds:
+    """Bandwidth and latency ceilings of ``collective_name`` on ``graph`` (cached per graph and collective),
+    every arc derated by ``efficiency[its link class]`` when given (classes not named keep their rate)."""
     name = canonical_name(collective_name)
-    key = (graph.graph.get("name"), name, _fingerprint(graph))
+    derate = tuple(sorted((efficiency or {}).items()))
+    key = (graph.graph.get("name"), name, _fingerprint(graph), derate)
     if key not in _CACHE:
-        _CACHE[key] = _compute(graph, name)
+        _CACHE[key] = _compute(graph, name, dict(derate))
         log.debug("bounds %s %s: %s", key[0], name, _CACHE[key])
     return _CACHE[key]
 
 
+def bound_time_us(b: Bounds, size: float) -> float:
+    """The least time (µs) of any algorithm at nccl-tests size ``size`` bytes."""
+    return max(b.latency_us, size / (b.algbw_GBps * 1e3))
+
+
 def bound_algbw(b: Bounds, size: int) -> float:
     """The algbw ceiling (GB/s) at nccl-tests size ``size`` bytes."""
-    time_us = max(b.latency_us, size / (b.algbw_GBps * 1e3))
-    return size / time_us / 1e3
+    return size / bound_time_us(b, size) / 1e3
 
 
 def _fingerprint(graph: nx.DiGraph) -> int:
@@ -64,8 +75,12 @@ def _fingerprint(graph: nx.DiGraph) -> int:
     return hash((tuple(arcs), tuple(edges)))
 
 
-def _compute(graph: nx.DiGraph, name: str) -> Bounds:
+def _compute(graph: nx.DiGraph, name: str, efficiency: Mapping[str, float]) -> Bounds:
     cap = capacity_graph(graph)
+    if efficiency:
+        cap = cap.copy()
+        for _, _, d in cap.edges(data=True):
+            d["capacity"] = d["capacity"] * efficiency.get(d.get("link_class") or "", 1.0)
     gpus = sorted(graph.nodes)
     if name == "broadcast":
         root = gpus[0]

@@ -5,6 +5,9 @@ one, and ``best_baseline`` among the baselines. Candidates are taken in order an
 replaces the best so far only when it is faster by the caller's margin, so ties keep the earlier
 candidate. A simulator fault on one candidate must not sink the choice: it is logged and that
 candidate skipped.
+
+``attainable_us`` and ``share_of_bound`` say how close a candidate is to the best any algorithm could
+do in the simulator: a candidate at the bound needs no search for a faster one.
 """
 from __future__ import annotations
 
@@ -15,8 +18,9 @@ from typing import Iterable
 
 import networkx as nx
 
+from .bounds import bound_time_us, bounds
 from .model.algorithm import Algorithm
-from .simulate import SimResult, simulate
+from .simulate import SimResult, link_efficiency, protocol_terms, simulate
 
 log = logging.getLogger(__name__)
 
@@ -60,3 +64,24 @@ def fastest(candidates: Iterable[Candidate], graph: nx.DiGraph, size: int, *, ma
         if best is None or score < best[0] * (1 - margin) - margin_us:
             best = (score, timed)
     return (None if best is None else best[1]), timings
+
+
+def attainable_us(graph: nx.DiGraph, collective: str, size: float, protocol: str | None = None) -> float:
+    """The least simulated time (µs) of any ``collective`` algorithm at ``size``: the protocol's launch plus
+    the bound on ``graph`` with every arc at ``capacity * link efficiency * protocol efficiency`` (the
+    simulator's rates), so an algorithm that keeps the busiest cut full reaches it at large sizes."""
+    proto = protocol_terms(graph, protocol)
+    classes = {d.get("link_class") or "" for _, _, d in graph.graph["capacity"].edges(data=True)}
+    efficiency = link_efficiency(graph)
+    derate = {c: efficiency.get(c, 1.0) * proto.efficiency for c in classes}
+    return proto.launch_us + bound_time_us(bounds(graph, collective, derate), size)
+
+
+def share_of_bound(algorithm: Algorithm, graph: nx.DiGraph, size: int) -> float:
+    """``attainable_us / simulated time`` at ``size`` (1.0: at the bound; 0.0 if the simulator fails)."""
+    try:
+        time_us = simulate(algorithm, graph, size).time_us
+    except RuntimeError as err:
+        log.warning("the simulator failed on %s (%s)", algorithm.name, err)
+        return 0.0
+    return attainable_us(graph, algorithm.collective.name, size) / time_us

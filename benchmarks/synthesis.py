@@ -1,27 +1,37 @@
-"""Synthesis speed and quality on TACCL's example configurations (taccl.md §10) plus dgx-a100 x2 and ndv2 x4.
+"""Synthesis against issue 14's targets, and on TACCL's example configurations (taccl.md §10).
 
-For every configuration and engine: per-stage seconds, model size (variables / constraints summed over
-MILP stages), simulated algbw as a share of the bound at the profile's size and at 1 GiB, and the
-speed-up over the best baseline (time of baseline / time of ours) at 1K, 1M and 1G; and the speed-up over
-the ring at 1K of the algorithm synthesized for 1K (with its step count against the ring's).
+Default: issue 14's table. Per configuration (item 1's targets, the new fabrics at small scale; item 3's
+256/512-GPU DGX-H100 behind ``--scale``) and engine, one child process synthesizes for 1 MiB and for
+1 GiB and reports: seconds (the slower of the two), peak memory (the child's ``ru_maxrss``), the share
+of the bound (``autotaccl.bounds``) at 1 GiB and of the bound the simulator can reach at all
+(``selection.attainable_us``: the bound with the profile's link and protocol efficiencies, plus the
+launch), the time at 1 MiB over the larger of the latency bound and the bandwidth-bound time, and the
+speed-up over stock NCCL (``nccl_model``) at both sizes. Ours is simulated as the export would run it:
+at 1 GiB the best of 1, 2, 4, 8 instances (Simple); at 1 MiB the best protocol (1 instance). Each
+target is marked met or NOT met.
 
-TACCL configurations use TACCL's own topology JSON (costs for the profile's chunk size); "the profile's
-size" is that chunk size taken as the nccl-tests buffer size. Our own profiles synthesize at 1M.
+``--taccl``: the TACCL table of before (per-stage seconds, model sizes, speed-up over our best baseline).
 
-    .venv/bin/python benchmarks/synthesis.py [--engines greedy,milp] [--time-limit 60] [--only ndv2] [--solver highs]
+    .venv/bin/python benchmarks/synthesis.py [--engines greedy,milp] [--time-limit 60] [--only dgx-h100x2] [--scale]
+    .venv/bin/python benchmarks/synthesis.py --taccl [--engines greedy,milp] [--time-limit 60] [--only ndv2] [--solver highs]
 """
 from __future__ import annotations
 
 import argparse
+import json
+import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 from autotaccl.baselines import baseline, best_baseline
-from autotaccl.bounds import bound_algbw, bounds
+from autotaccl.bounds import bound_algbw, bound_time_us, bounds
 from autotaccl.errors import InfeasibleError, InputError
 from autotaccl.model.hardware import load_hardware
 from autotaccl.model.topology import build_topology
+from autotaccl.nccl_model import nccl_model
+from autotaccl.selection import attainable_us
 from autotaccl.simulate import simulate
 from autotaccl.sizes import format_size
 from autotaccl.sketch import default_sketch, load_sketch
@@ -104,13 +114,96 @@ def row(label, collective, hardware, nodes, chunk, sketch_name, engine, time_lim
             f"{format_size(size)}: {pct[0]} | {pct[1]} | {result.algorithm.num_steps} | " + " | ".join(speedups) + " |")
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engines", default="greedy,milp")
-    parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per MILP stage")
-    parser.add_argument("--only", default="", help="run configurations whose label contains this")
-    parser.add_argument("--solver", default="highs", help="auto | highs | gurobi (the targets are for highs)")
-    args = parser.parse_args(argv)
+# --------------------------------------------------------------------------- issue 14's targets
+
+COLLECTIVES = ("allgather", "reducescatter", "allreduce", "alltoall")
+QUALITY = [("ndv2", 2), ("ndv2", 4), ("dgx2", 1), ("dgx2", 2), ("dgx-a100", 2), ("dgx-a100", 4),
+           ("dgx-h100", 2), ("dgx-h100", 8)]
+FABRICS = [("dgx-h100-rail", 2), ("dgx-b200", 2), ("gb200-nvl72", 1)]
+SCALE = [("dgx-h100", 32), ("dgx-h100", 64)]
+INSTANCES = (1, 2, 4, 8)
+PROTOCOLS = ("LL", "LL128", "Simple")
+
+
+def measure(hardware: str, nodes: int, collective: str, engine: str, time_limit: float) -> dict:
+    """One configuration in this process (the child): seconds, peak memory, quality and NCCL speed-ups."""
+    graph = build_topology(load_hardware(hardware), nodes)
+    limits = bounds(graph, collective)
+    nccl = {r.bytes: r.time_us for r in nccl_model(graph, collective, [M, G]).rows}
+    out: dict = {"gpus": graph.number_of_nodes(), "seconds": 0.0, "status": {}}
+    for size in (M, G):
+        began = time.perf_counter()
+        result = synthesize(graph, collective, None, SynthOptions(engine=engine, size=size, time_limit=time_limit,
+                                                                  solver="highs"))
+        out["seconds"] = max(out["seconds"], time.perf_counter() - began)
+        out["status"][format_size(size)] = result.status
+        if size == G:
+            ours = min(simulate(result.algorithm, graph, G, "Simple", i).time_us for i in INSTANCES)
+            out["pct_bound_1G"] = 100 * bound_time_us(limits, G) / ours
+            out["pct_attainable_1G"] = 100 * attainable_us(graph, collective, G) / ours
+        else:
+            ours = min(simulate(result.algorithm, graph, M, p).time_us for p in PROTOCOLS)
+            out["over_bound_1M"] = ours / bound_time_us(limits, M)
+        out[f"nccl_speedup_{format_size(size)}"] = nccl[size] / ours
+    out["peak_MiB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return out
+
+
+def child(hardware: str, nodes: int, collective: str, engine: str, time_limit: float, timeout: float) -> dict:
+    """``measure`` in a fresh child process (its peak memory is its own); ``{"error": ...}`` if it failed."""
+    cmd = [sys.executable, __file__, "--child", f"{hardware},{nodes},{collective},{engine}",
+           "--time-limit", str(time_limit)]
+    began = time.perf_counter()
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timeout after {timeout:.0f} s"}
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"exit {done.returncode} after {time.perf_counter() - began:.0f} s: {tail}"[:120]}
+    return json.loads(lines[-1])
+
+
+def verdicts(m: dict, quality: float | None, scale: bool) -> list[str]:
+    """Each target of the configuration: met or NOT met."""
+    limit = (120.0 if m["gpus"] <= 256 else 600.0) if scale else (10.0 if m["gpus"] <= 16 else 60.0)
+    out = [f"time <= {limit:.0f} s {'met' if m['seconds'] <= limit else 'NOT met'}"]
+    if quality is not None:
+        out.append(f"1G >= {quality:.0f}% {'met' if m['pct_bound_1G'] >= quality else 'NOT met'}")
+    if not scale:
+        out.append(f"1M <= 2x {'met' if m['over_bound_1M'] <= 2 else 'NOT met'}")
+    else:
+        out.append(f"mem < 8 GiB {'met' if m['peak_MiB'] < 8192 else 'NOT met'}")
+    return out
+
+
+def targets_table(args) -> None:
+    configs = [(hw, n, c, 97.0, False) for hw, n in QUALITY for c in COLLECTIVES]
+    configs += [(hw, n, c, None, False) for hw, n in FABRICS for c in COLLECTIVES]
+    if args.scale:
+        configs += [(hw, n, c, 95.0, True) for hw, n in SCALE for c in COLLECTIVES[:3]]
+    print("| config | GPUs | engine | status 1M / 1G | s | peak MiB | % bound 1G | % attainable 1G | 1M time / bound "
+          "| x NCCL 1M | x NCCL 1G | targets |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for hw, n, c, quality, scale in configs:
+        label = f"{hw}x{n} {c}"
+        if args.only and args.only not in label:
+            continue
+        for engine in args.engines.split(","):
+            m = child(hw, n, c, engine, args.time_limit, args.timeout)
+            if "error" in m:
+                print(f"| {label} | | {engine} | {m['error']} | | | | | | | | not met (no result) |")
+            else:
+                status = " / ".join(m["status"].values())
+                print(f"| {label} | {m['gpus']} | {engine} | {status} | {m['seconds']:.1f} | {m['peak_MiB']:.0f} | "
+                      f"{m['pct_bound_1G']:.1f} | {m['pct_attainable_1G']:.1f} | {m['over_bound_1M']:.2f} | "
+                      f"{m['nccl_speedup_1M']:.2f} | {m['nccl_speedup_1G']:.2f} | "
+                      f"{'; '.join(verdicts(m, quality, scale))} |")
+            sys.stdout.flush()
+
+
+def taccl_table(args) -> None:
     print("| config | engine | status | total s | stage s | vars/cons | algbw GB/s at profile size (% bound) "
           "| algbw at 1G (% bound) | steps | 1K-synth vs ring at 1K | speed-up 1K | speed-up 1M | speed-up 1G |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -120,6 +213,26 @@ def main(argv=None) -> int:
         for engine in args.engines.split(","):
             print(row(*config, engine, args.time_limit, args.solver))
             sys.stdout.flush()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engines", default="greedy,milp")
+    parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per MILP stage")
+    parser.add_argument("--only", default="", help="run configurations whose label contains this")
+    parser.add_argument("--solver", default="highs", help="auto | highs | gurobi (the targets are for highs)")
+    parser.add_argument("--taccl", action="store_true", help="TACCL's example configurations instead")
+    parser.add_argument("--scale", action="store_true", help="also DGX-H100 x32 and x64 (256 and 512 GPUs)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per configuration and engine")
+    parser.add_argument("--child", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        hw, n, c, engine = args.child.split(",")
+        print(json.dumps(measure(hw, int(n), c, engine, args.time_limit)))
+    elif args.taccl:
+        taccl_table(args)
+    else:
+        targets_table(args)
     return 0
 
 

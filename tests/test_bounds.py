@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from autotaccl.bounds import Bounds, bound_algbw, bounds
+from autotaccl.bounds import Bounds, bound_algbw, bound_time_us, bounds
 from autotaccl.model.algorithm import Algorithm, Transfer
 from autotaccl.model.collectives import Collective
 from autotaccl.model.hardware import RailNetwork, load_hardware, profile_from_dict
@@ -82,6 +82,18 @@ def test_ring_by_hand():
     assert bounds(graph, "broadcast").algbw_GBps == pytest.approx(50.0)
     # latency: the opposite GPU is two NVLink hops away
     assert bounds(graph, "allgather").latency_us == pytest.approx(1.4)
+
+
+def test_derated_arcs_scale_the_ceilings_and_unnamed_classes_keep_their_rate():
+    graph = ring4()
+    full = bounds(graph, "allgather")
+    half = bounds(graph, "allgather", {"nvlink": 0.5})
+    assert half.algbw_GBps == pytest.approx(full.algbw_GBps / 2)
+    assert half.latency_us == full.latency_us
+    assert bounds(graph, "allgather", {"ib": 0.5}) == full
+    assert bounds(graph, "allgather") is full            # the derated ones are cached apart
+    assert bound_time_us(full, 1 << 30) == pytest.approx((1 << 30) / (full.algbw_GBps * 1e3))
+    assert bound_time_us(full, 8) == full.latency_us
 
 
 def test_simulated_ring_stays_below_the_bound():

@@ -4,9 +4,10 @@ from __future__ import annotations
 import pytest
 
 from autotaccl.baselines import baseline, best_baseline
+from autotaccl.bounds import bound_time_us, bounds
 from autotaccl.model.hardware import load_hardware
 from autotaccl.model.topology import build_topology
-from autotaccl.selection import Candidate, fastest
+from autotaccl.selection import Candidate, attainable_us, fastest, share_of_bound
 from autotaccl.simulate import simulate
 
 SIZE = 1 << 20
@@ -69,3 +70,15 @@ def test_best_baseline_is_the_fastest_baseline(ndv2):
     for other in ("ring", "direct"):
         assert result.time_us <= simulate(baseline(ndv2, "allgather", other), ndv2, SIZE).time_us
     assert algorithm.name.startswith(f"{name}-")
+
+
+@pytest.mark.parametrize("name", ["ring", "direct"])
+def test_no_baseline_beats_the_attainable_bound(ndv2, name):
+    """attainable_us is a lower bound on what the simulator gives; ring AllGather on NDv2 comes close at 1 GiB."""
+    algorithm = baseline(ndv2, "allgather", name)
+    for size in (1 << 10, SIZE, 1 << 30):
+        share = share_of_bound(algorithm, ndv2, size)
+        assert 0 < share <= 1 + 1e-9
+        assert attainable_us(ndv2, "allgather", size) == pytest.approx(share * simulate(algorithm, ndv2, size).time_us)
+    # the launch and the protocol's efficiency are in it: above the raw bound at every size
+    assert attainable_us(ndv2, "allgather", 1 << 30) > bound_time_us(bounds(ndv2, "allgather"), 1 << 30)

@@ -9,6 +9,7 @@ from ..model.algorithm import save_algorithm
 from ..simulate import simulate
 from ..sizes import format_size, parse_size
 from ..sketch import ENGINES, default_sketch, load_sketch
+from ..sketch.knobs import DEFAULT_ENGINE
 from ..synth import SynthOptions, synthesize
 from .common import print_json, add_hardware_args, collective_arg, topology_from_args
 
@@ -23,7 +24,7 @@ def register(subparsers) -> None:
     parser.add_argument("--sketch", help="TACCL sketch JSON or YAML (default: the hardware's default sketch)")
     parser.add_argument("--size", default="1M", help="buffer size to synthesize for (nccl-tests convention; default 1M)")
     parser.add_argument("--engine", choices=ENGINES,
-                        help="milp (TACCL's stages) or greedy (seconds); default: the sketch's, else milp")
+                        help="milp (TACCL's stages) or greedy (seconds); default: the sketch's, else greedy")
     parser.add_argument("--solver", choices=SOLVERS, default="auto", help="MILP solver (default auto)")
     parser.add_argument("--time-limit", type=float, default=600.0, help="seconds per MILP stage (default 600)")
     parser.add_argument("--threads", type=int, default=1, help="solver threads (default 1)")
@@ -38,7 +39,7 @@ def run(args) -> int:
     graph = topology_from_args(args)
     size = parse_size(args.size, "--size")
     sketch = load_sketch(args.sketch) if args.sketch else default_sketch(graph, collective)
-    engine = args.engine or sketch.engine or "milp"
+    engine = args.engine or sketch.engine or DEFAULT_ENGINE
     options = SynthOptions(engine=engine, solver=args.solver, time_limit=args.time_limit, threads=args.threads,
                            mip_gap=args.mip_gap, size=size)
     result = synthesize(graph, collective, sketch, options)

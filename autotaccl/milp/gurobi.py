@@ -64,7 +64,8 @@ def _solve(gp, GRB, model: Model, options: SolverOptions, message: str, began: f
                 for c, v in model.start.items():
                     start[c] = v
                 x.Start = start
-            m.optimize()
+            reached = _stop_at_bound(GRB, model, options, xs)
+            m.optimize(reached.callback)
             status = m.Status
             has_sol = m.SolCount > 0
             values = np.asarray(x.X, dtype=float) if has_sol else None
@@ -74,6 +75,10 @@ def _solve(gp, GRB, model: Model, options: SolverOptions, message: str, began: f
     elif status in (GRB.INFEASIBLE, GRB.INF_OR_UNBD):
         kind, values, objective = "infeasible", None, None
         message = _join(message, "the model is infeasible")
+    elif reached.value is not None and has_sol and status == GRB.INTERRUPTED:
+        kind = "at_bound"
+        message = _join(message, f"stopped: incumbent makespan {reached.value:.6g} within the gap of the known "
+                                 f"bound (<= {options.stop_at:.6g})")
     elif status in (GRB.TIME_LIMIT, GRB.INTERRUPTED, GRB.SOLUTION_LIMIT, GRB.NODE_LIMIT, GRB.ITERATION_LIMIT):
         kind = "time_limit" if has_sol else "error"
         if not has_sol:
@@ -84,6 +89,27 @@ def _solve(gp, GRB, model: Model, options: SolverOptions, message: str, began: f
     seconds = time.perf_counter() - began
     log.debug("gurobi %s: %s in %.2fs", model.name, kind, seconds)
     return Solution(kind, objective, values, "gurobi", seconds, n, model.num_constraints, message)
+
+
+class _StopAtBound:
+    """A Gurobi callback that terminates once a new incumbent's makespan is at most ``stop_at``."""
+
+    def __init__(self, GRB, stop_at: float | None, variables: list, coefs: tuple[float, ...]) -> None:
+        self.GRB, self.stop_at, self.variables, self.coefs = GRB, stop_at, variables, coefs
+        self.value: float | None = None
+
+    def callback(self, gm, where) -> None:
+        if self.stop_at is None or not self.variables or where != self.GRB.Callback.MIPSOL:
+            return
+        value = float(sum(v * c for v, c in zip(gm.cbGetSolution(self.variables), self.coefs)))
+        if value <= self.stop_at:
+            self.value = value
+            gm.terminate()
+
+
+def _stop_at_bound(GRB, model: Model, options: SolverOptions, xs: list) -> _StopAtBound:
+    cols, coefs = model.makespan
+    return _StopAtBound(GRB, options.stop_at, [xs[c] for c in cols], coefs)
 
 
 def _join(a: str, b: str) -> str:

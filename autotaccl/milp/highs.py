@@ -62,6 +62,7 @@ def solve_highs(model: Model, options: SolverOptions, message: str = "") -> Solu
     if model.start and len(integer):
         cols = np.fromiter(model.start.keys(), dtype=np.int32)
         h.setSolution(len(cols), cols, np.fromiter(model.start.values(), dtype=float))
+    reached = _stop_at_bound(h, model, options)
     h.run()
     status = h.getModelStatus()
     info = h.getInfo()
@@ -74,6 +75,10 @@ def solve_highs(model: Model, options: SolverOptions, message: str = "") -> Solu
     elif status in (S.kInfeasible, S.kUnboundedOrInfeasible):
         kind, values, objective = "infeasible", None, None
         message = _join(message, "the model is infeasible")
+    elif reached and has_sol and status in (S.kInterrupt, S.kHighsInterrupt):
+        kind = "at_bound"
+        message = _join(message, f"stopped: incumbent makespan {reached[0]:.6g} within the gap of the known "
+                                 f"bound (<= {options.stop_at:.6g})")
     elif status in (S.kTimeLimit, S.kInterrupt, S.kIterationLimit, S.kSolutionLimit):
         kind = "time_limit" if has_sol else "error"
         if not has_sol:
@@ -84,6 +89,27 @@ def solve_highs(model: Model, options: SolverOptions, message: str = "") -> Solu
     seconds = time.perf_counter() - began
     log.debug("highs %s: %s in %.2fs (%d vars, %d cons)", model.name, kind, seconds, n, model.num_constraints)
     return Solution(kind, objective, values, "highs", seconds, n, model.num_constraints, message)
+
+
+def _stop_at_bound(h: highspy.Highs, model: Model, options: SolverOptions) -> list[float]:
+    """Interrupt the search once an incumbent's makespan is at most ``options.stop_at``; the returned list
+    receives that makespan (stays empty when the model declares none, no stop is asked for, or none came)."""
+    reached: list[float] = []
+    if options.stop_at is None or not model.makespan[0]:
+        return reached
+
+    def improving(event) -> None:
+        value = model.makespan_of(event.data_out.mip_solution)
+        if value is not None and value <= options.stop_at and not reached:
+            reached.append(value)
+
+    def interrupt(event) -> None:
+        if reached:
+            event.interrupt()
+
+    h.cbMipImprovingSolution.subscribe(improving)
+    h.cbMipInterrupt.subscribe(interrupt)
+    return reached
 
 
 def _big_m(model: Model):

@@ -47,6 +47,7 @@ class Model:
         self.indicators: list[Indicator] = []
         self.objective_constant = 0.0
         self.start: dict[int, float] = {}
+        self.makespan: tuple[tuple[int, ...], tuple[float, ...]] = ((), ())
 
     # ------------------------------------------------------------------ columns
     def add_var(self, lb: float = 0.0, ub: float = INF, kind: str = "C", obj: float = 0.0, name: str = "") -> int:
@@ -108,6 +109,15 @@ class Model:
         """MIP start values (partial starts are allowed)."""
         for c, v in zip(cols, values):
             self.start[int(c)] = float(v)
+
+    def set_makespan(self, cols: Sequence[int], coefs: Sequence[float]) -> None:
+        """The expression a known lower bound applies to (``SolverOptions.stop_at`` stops on it)."""
+        self.makespan = (tuple(int(c) for c in cols), tuple(float(v) for v in coefs))
+
+    def makespan_of(self, values: Sequence[float]) -> float | None:
+        """The makespan expression at ``values`` (a full solution); None if the model declares none."""
+        cols, coefs = self.makespan
+        return float(sum(values[c] * v for c, v in zip(cols, coefs))) if cols else None
 
     # ------------------------------------------------------------------ views
     @property

@@ -3,6 +3,6 @@
 ``synthesize(graph, collective, sketch, SynthOptions(engine="milp"|"greedy", ...)) -> SynthResult``.
 """
 from ..milp.solution import StageReport
-from .pipeline import SynthOptions, SynthResult, check_routes, synthesize
+from .pipeline import SynthOptions, SynthResult, check_routes, milp_problem, synthesize
 
-__all__ = ["StageReport", "SynthOptions", "SynthResult", "check_routes", "synthesize"]
+__all__ = ["StageReport", "SynthOptions", "SynthResult", "check_routes", "milp_problem", "synthesize"]

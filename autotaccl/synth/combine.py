@@ -22,6 +22,7 @@ from .ordering import order
 from .reductions import allgather_view, reverse_gather, sequence
 from .routing import RoutingOptions, route, sends_of
 from .scheduling import ScheduleOptions, Schedule, schedule
+from .stopping import stop_at_bound
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +68,14 @@ def _stages(lt: LogicalTopology, solver: SolverOptions, heuristic, prefix: str, 
 
 def reduce_scatter(lt: LogicalTopology, solver: SolverOptions = SolverOptions(), heuristic="auto",
                    contiguity: bool = True, window: int = 6, senders=None,
-                   size: int | None = None) -> tuple[Algorithm, dict[str, StageReport]]:
+                   size: int | None = None, gap: float | None = None) -> tuple[Algorithm, dict[str, StageReport]]:
     """ReduceScatter for ``lt`` (any reduction collective's graph and links): reversed AllGather.
 
     ``size``: the buffer size to warm-start each routing MILP for (from the greedy AllGather); None: no start.
+    ``gap``: each stage stops once within it of the ReduceScatter bound at ``size`` (None: never).
     """
     lt_rev = allgather_view(lt, reverse=True, senders=senders)
+    solver = stop_at_bound(solver, lt.graph, "reducescatter", size, gap)
     done, stages = _stages(lt_rev, solver, heuristic, "rs-", contiguity, window, reverse=True, size=size)
     coll = Collective("reducescatter", lt.collective.ranks, lt.collective.chunkup)
     return reverse_allgather(lt_rev, done.algorithm, coll), stages
@@ -80,18 +83,20 @@ def reduce_scatter(lt: LogicalTopology, solver: SolverOptions = SolverOptions(),
 
 def all_reduce(lt: LogicalTopology, solver: SolverOptions = SolverOptions(), heuristic="auto",
                contiguity: bool = True, window: int = 6, senders=None,
-               size: int | None = None) -> tuple[Algorithm, dict[str, StageReport]]:
-    """AllReduce = ReduceScatter, then an AllGather synthesised on the forward links."""
-    rs, stages = reduce_scatter(lt, solver, heuristic, contiguity, window, senders, size)
-    done, ag_stages = _stages(allgather_view(lt, reverse=False, senders=senders), solver,
+               size: int | None = None, gap: float | None = None) -> tuple[Algorithm, dict[str, StageReport]]:
+    """AllReduce = ReduceScatter, then an AllGather synthesised on the forward links (each half's stages
+    stop once within ``gap`` of that half's bound at ``size``)."""
+    rs, stages = reduce_scatter(lt, solver, heuristic, contiguity, window, senders, size, gap)
+    done, ag_stages = _stages(allgather_view(lt, reverse=False, senders=senders),
+                              stop_at_bound(solver, lt.graph, "allgather", size, gap),
                               "auto" if heuristic in (12, 18, "combine-sum", "combine-branch") else heuristic,
                               "ag-", contiguity, window, reverse=False, size=size)
     coll = Collective("allreduce", lt.collective.ranks, lt.collective.chunkup)
     return then(rs, done.algorithm, coll), {**stages, **ag_stages}
 
 
-def combine_stage(lt: LogicalTopology, sketch, solver: SolverOptions,
-                  size: int | None = None) -> tuple[Algorithm, dict[str, StageReport]]:
+def combine_stage(lt: LogicalTopology, sketch, solver: SolverOptions, size: int | None = None,
+                  gap: float | None = None) -> tuple[Algorithm, dict[str, StageReport]]:
     """The pipeline's entry for reduction collectives: ``lt.collective`` is reducescatter or allreduce.
 
     With a sketch, its sender map applies: ``lt.senders``, keyed as the AllGather's (chunk ``c`` is
@@ -103,9 +108,9 @@ def combine_stage(lt: LogicalTopology, sketch, solver: SolverOptions,
     senders = dict(lt.senders) if sketch is not None else {}
     name = lt.collective.name
     if name == "reducescatter":
-        algorithm, stages = reduce_scatter(lt, solver, heuristic, contiguity, window, senders, size)
+        algorithm, stages = reduce_scatter(lt, solver, heuristic, contiguity, window, senders, size, gap)
     elif name == "allreduce":
-        algorithm, stages = all_reduce(lt, solver, heuristic, contiguity, window, senders, size)
+        algorithm, stages = all_reduce(lt, solver, heuristic, contiguity, window, senders, size, gap)
     else:
         raise ValueError(f"combine builds reducescatter or allreduce, not {name}")
     algorithm = replace(algorithm, collective=lt.collective)

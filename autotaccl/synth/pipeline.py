@@ -7,6 +7,11 @@
   returned (stage ``select`` says which; status ``heuristic`` when greedy won), so the MILP engine is
   never slower than the greedy one at the target size. When a model would be too big for the solver,
   or the solver stops without any solution, the greedy schedule is returned, with status ``fallback``.
+
+The bound ends the search (:mod:`.stopping`, ``options.bound_gap``): the MILP is not run when the greedy
+schedule is already within the gap of the best time any algorithm can reach (status ``skipped: greedy
+at 99.9% of the bound``), and each MILP stage stops once its incumbent is within the gap of the bound
+(stage status ``at_bound``). ``milp_problem`` says, before any trial, when the routing model cannot be built.
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ from ..model.collectives import canonical_name
 from ..sketch import ENGINES, Engine
 from ..sketch.logical import LogicalTopology
 from .greedy import greedy
+from .stopping import skip_reason, stop_at_bound
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +48,7 @@ class SynthOptions:
     threads: int = 1
     mip_gap: float = 1e-4
     size: int = 1 << 20             # nccl-tests buffer size the schedule is tuned for (bytes)
+    bound_gap: float = 0.01         # within this share of the bound no search is worth it (0: search on)
 
     def __post_init__(self) -> None:
         def fail(name: str, value: object, expected: str) -> ParameterError:
@@ -59,12 +66,14 @@ class SynthOptions:
             raise fail("mip_gap", self.mip_gap, "a number >= 0")
         if self.size <= 0:
             raise fail("size", self.size, "a positive size")
+        if not 0 <= self.bound_gap < 1:
+            raise fail("bound_gap", self.bound_gap, "a share of the bound in [0, 1)")
 
 
 @dataclass(frozen=True)
 class SynthResult:
     algorithm: Algorithm
-    status: str                                   # optimal | time_limit | heuristic | fallback
+    status: str                                   # optimal | time_limit | heuristic | fallback | skipped: ...
     stages: Mapping[str, StageReport] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -137,27 +146,44 @@ def _greedy(lt: LogicalTopology, options: SynthOptions, sketch) -> tuple[Algorit
     return algorithm, {"greedy": report}, "heuristic"
 
 
+def milp_problem(lt: LogicalTopology) -> str | None:
+    """Why the MILP engine cannot run on ``lt`` (it would return the greedy schedule), or None.
+
+    The routing candidates grow with the chunks, i.e. linearly in the chunk-up factor."""
+    candidates = lt.collective.num_chunks * len(lt.edges)
+    if candidates > MAX_ROUTING_CANDIDATES:
+        return f"{candidates} routing candidates exceed {MAX_ROUTING_CANDIDATES}"
+    return None
+
+
 def _milp(lt: LogicalTopology, options: SynthOptions, sketch) -> tuple[Algorithm, dict, str]:
     solver = SolverOptions(options.solver, options.time_limit, options.mip_gap, options.threads)
     coll = lt.collective
-    candidates = coll.num_chunks * len(lt.edges)
-    if candidates > MAX_ROUTING_CANDIDATES:
-        return _fallback(lt, options, sketch, f"{candidates} routing candidates exceed {MAX_ROUTING_CANDIDATES}")
+    problem = milp_problem(lt)
+    if problem:
+        return _fallback(lt, options, sketch, problem)
     stages: dict[str, StageReport] = {}
     quick, quick_stages, _ = _greedy(lt, options, sketch)
+    skipped = skip_reason(quick, lt.graph, options.size, options.bound_gap) if options.bound_gap else None
+    if skipped:
+        log.info("milp engine %s", skipped)
+        return quick, {**quick_stages, "milp": StageReport(0.0, 0, 0, "skipped", "bound", skipped)}, skipped
+    gap = options.bound_gap or None
     try:
         if coll.is_reduction:
             from .combine import combine_stage
-            algorithm, stages = combine_stage(lt, sketch, solver, size=options.size)
+            algorithm, stages = combine_stage(lt, sketch, solver, size=options.size, gap=gap)
         else:
             from .routing import sends_of
+            solver = stop_at_bound(solver, lt.graph, coll.name, options.size, gap)
             algorithm, stages = _forward(lt, sketch, solver, start=sends_of(quick))
     except NoSolutionError as err:
         return _fallback(lt, options, sketch, str(err))
     except LicenceLimitError as err:   # only when gurobi was asked for by name; auto falls back to highs
         raise ParameterError("SynthOptions.solver", "gurobi",
                              f"a solver that admits this model ({err}); use auto or highs") from None
-    worst = "optimal" if all(s.status in ("optimal", "heuristic") for s in stages.values()) else "time_limit"
+    done = ("optimal", "at_bound", "heuristic")
+    worst = "optimal" if all(s.status in done for s in stages.values()) else "time_limit"
     chosen, report = _select(lt, options.size, algorithm, quick)
     stages = {**quick_stages, **stages, "select": report}
     if chosen is quick:

@@ -156,6 +156,8 @@ def schedule(lt: LogicalTopology, routing: Routing, ordering: Ordering,
     for s in sends:
         obj[t_col[s]] = 1e-6
     m.set_objective(list(obj), list(obj.values()))
+    # slice makespan + (k - 1) * busiest slice load >= k * that load and >= the latency: above the bound
+    m.set_makespan([T, L] if weight > 0 else [T], [1.0, weight] if weight > 0 else [1.0])
     start = {t_col[s]: list_start[s] for s in sends}
     for s in batched:
         start[e_col[s]] = start[w_col[s]] = list_start[s] + cost[s]

@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 
 #: trial params that describe the run, not the configuration sampled
 BOOKKEEPING = ("collective", "target", "runner", "nodes", "topology")
+SETTINGS = ("engine", "protocol", "instances")        # a band's own columns, not part of its configuration
 NOT_MEASURED = "not measured"
 #: what an export directory holds (``export -o`` replaces only a directory of these)
 OUTPUT_FILES = ("msccl", "msccl-legacy", "mscclpp", "nccl", "*.xml", "table.csv", "table.md", "table.json", "README.md")
@@ -233,7 +234,7 @@ def _config(run: pd.Series) -> tuple[tuple[str, str], ...]:
         return ()
     keys = sorted(c[len("params."):] for c in run.index if c.startswith("params.") and isinstance(run[c], str))
     return tuple((k, run[f"params.{k}"]) for k in keys
-                 if "." not in k and k not in BOOKKEEPING)
+                 if "." not in k and k not in BOOKKEEPING + SETTINGS)
 
 
 def ranges_for(experiment, frame: pd.DataFrame, excluded: set[str], nccl: dict[int, float] | None = None,

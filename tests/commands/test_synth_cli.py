@@ -131,3 +131,17 @@ def test_default_sketch_when_none_is_given(tmp_path, capsys):
     algorithm = load_algorithm(out)
     assert algorithm.collective.name == "broadcast" and algorithm.metadata["sketch_key"]
     verify(algorithm, build_topology(load_hardware("dgx-a100"), 2))
+
+
+def test_without_an_engine_synth_runs_greedy_and_skips_the_milp_at_the_bound(tmp_path, capsys):
+    """The default routes around the MILP (issue 14: NDv2 x2 AllToAll took ~10 minutes for greedy's schedule);
+    asked for by name at 1 GiB, the MILP is skipped because greedy is already at the bound."""
+    base = ["synth", "--hardware", "ndv2", "--nodes", "2", "--collective", "alltoall", "--json"]
+    code, stdout, _ = run(capsys, *base, "-o", str(tmp_path / "a.json"))
+    report = json.loads(stdout)
+    assert code == 0 and report["engine"] == "greedy" and set(report["stages"]) == {"greedy"}
+    code, stdout, _ = run(capsys, *base, "--engine", "milp", "--size", "1G", "-o", str(tmp_path / "b.json"))
+    report = json.loads(stdout)
+    assert code == 0 and report["status"].startswith("skipped: greedy at ")
+    assert report["stages"]["milp"]["status"] == "skipped"
+    verify(load_algorithm(tmp_path / "b.json"), build_topology(load_hardware("ndv2"), 2))

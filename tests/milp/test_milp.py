@@ -148,3 +148,41 @@ def test_gurobi_refuses_beyond_licence():
     m.add_row(x, np.ones(2100), ">=", 3)
     with pytest.raises(RuntimeError, match="size-limited"):
         solve(m, SolverOptions(solver="gurobi", time_limit=10))
+
+
+def two_lanes(n: int = 40) -> tuple[Model, int, float]:
+    """Split n weights over two lanes, minimising the fuller lane T (plus a small tie-break on lane 1):
+    a MILP whose known bound is half the total weight. Returns the model, T's column and that bound."""
+    weights = [5 + (7 * i) % 46 for i in range(n)]
+    m = Model("lanes")
+    x, y = m.add_vars(n, kind="B"), m.add_vars(n, kind="B")
+    T = m.add_var(0.0, float(sum(weights)))
+    for a, b in zip(x, y):
+        m.add_row([a, b], [1, 1], "==", 1)
+    for lane in (x, y):
+        m.add_row([T, *lane], [1.0, *(-w for w in weights)], ">=", 0.0)
+    m.set_objective([T, *x], [1.0] + [1e-3] * n)
+    m.set_makespan([T], [1.0])
+    return m, T, sum(weights) / 2
+
+
+@pytest.mark.parametrize("solver", BOTH)
+def test_stop_at_bound_ends_the_search_once_the_incumbent_is_within_the_gap(solver):
+    m, T, bound = two_lanes()
+    full = solve(m, SolverOptions(solver=solver, time_limit=30, mip_gap=0.0))
+    assert full.status == "optimal" and "stopped" not in full.message
+    stopped = solve(m, SolverOptions(solver=solver, time_limit=30, mip_gap=0.0, stop_at=bound * 1.02))
+    assert stopped.status == "at_bound"
+    assert bound <= stopped.values[T] <= bound * 1.02
+    assert "within the gap of the known bound" in stopped.message
+    # a target below every feasible makespan never stops the search: the solve ends optimal
+    unreachable = solve(m, SolverOptions(solver=solver, time_limit=30, mip_gap=0.0, stop_at=bound * 0.5))
+    assert unreachable.status == "optimal" and unreachable.objective == pytest.approx(full.objective)
+
+
+def test_makespan_expression_and_stop_option_are_checked():
+    m, T, _ = two_lanes(4)
+    assert m.makespan_of([0.0] * T + [12.5]) == 12.5
+    assert Model("none").makespan_of([1.0]) is None
+    with pytest.raises(ValueError):
+        SolverOptions(stop_at=-1.0)

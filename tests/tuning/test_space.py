@@ -157,3 +157,35 @@ def test_a_space_written_back_reads_equal(path, tmp_path):
     copy = load_space(write_yaml(space_to_dict(space, str(hardware)), tmp_path / "space.yaml"))
     assert copy == replace(space, source=str(tmp_path / "space.yaml"), hardware=str(hardware))
     assert copy.profile == replace(space.profile, source=str(hardware))
+
+
+MILP_CHOICE = {"engine": {"type": "categorical", "choices": ["greedy", "milp"]}}
+
+
+def test_a_milp_choice_that_can_never_build_its_routing_model_is_refused(tmp_path):
+    data = {"target": {"hardware": "dgx2", "nodes": 2, "collective": "alltoall"}, "sizes": "1M", "parameters": MILP_CHOICE}
+    path = write(tmp_path, data)
+    with pytest.raises(InputError) as err:
+        load_space(path)
+    assert err.value.field == "parameters.engine.choices[1]"
+    assert "greedy: the milp engine cannot build its routing model on dgx2x2" in str(err.value)
+    assert "routing candidates exceed" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_milp_choice_that_falls_back_on_some_collectives_is_flagged(tmp_path, caplog):
+    data = {"target": {"hardware": "ndv2", "nodes": 2, "collectives": ["allgather", "alltoall"]}, "sizes": "1M",
+            "parameters": {**MILP_CHOICE, "chunkup": {"type": "int", "low": 1, "high": 4}}}
+    with caplog.at_level("WARNING", logger="autotaccl.tuning.space.engines"):
+        space = load_space(write(tmp_path, data))
+    assert space.collectives == ("allgather", "alltoall")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1
+    assert "parameters.engine.choices[1]: engine milp falls back to greedy on alltoall:" in lines[0]
+    assert "at chunkup 4" in lines[0] and "allgather" not in lines[0]
+
+
+def test_a_milp_choice_the_target_can_use_is_silent(tmp_path, caplog):
+    data = {"target": {"hardware": "ndv2", "nodes": 2, "collective": "allgather"}, "sizes": "1M", "parameters": MILP_CHOICE}
+    with caplog.at_level("WARNING", logger="autotaccl.tuning.space.engines"):
+        load_space(write(tmp_path, data))
+    assert not caplog.records

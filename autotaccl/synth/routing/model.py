@@ -82,6 +82,7 @@ def build(lt: LogicalTopology, options, cand: Mapping[int, list[tuple[int, int]]
         _enforce_ordering(lt, m, cand, sources, col_x, col_a, cost, reps)
 
     objective, unit = _objective(lt, m, rows, options, triples, col_x, cost, share, load, T, horizon)
+    m.set_makespan([T], [1.0])      # T >= every arrival and every resource's bandwidth time: above the bound
     return RoutingModel(m, triples, arr_items, sources, reps, cand, cost, col_x, col_a, T, load, objective, unit)
 
 

@@ -20,6 +20,7 @@ from ...model.topology import build_topology, nodes_problem
 from ...resources import data_dir
 from ...safety import safe_name
 from ...sizes import parse_size, parse_size_range
+from .engines import check_engines
 from .knobs import KNOBS, KnobContext
 
 ParameterType = Literal["categorical", "int", "float"]
@@ -236,8 +237,10 @@ def space_from_dict(data: Any, source: str = "<search space>", default_name: str
             raise fail(f"{where}.{extra[0]}", f"one of the parameters: {', '.join(by_name)}")
         seeds.append({k: v for k, v in seed.items()})
 
-    return SearchSpace(name.strip(), source, spec, nodes, tuple(collectives), tuple(sizes), tuple(params),
-                       fixed, tuple(seeds), profile)
+    space = SearchSpace(name.strip(), source, spec, nodes, tuple(collectives), tuple(sizes), tuple(params),
+                        fixed, tuple(seeds), profile)
+    check_engines(space)
+    return space
 
 
 def _parameter(key: str, spec: Any, where: str, fail, check_knob, earlier: list[Parameter],
