@@ -53,7 +53,7 @@ def one_error_line(capsys, argv: list[str]) -> str:
 
 def test_synth_json_prints_only_json_even_from_highs(capfd):
     """HiGHS writes its banner from C (file descriptor 1), past Python's sys.stdout: capfd sees it."""
-    code = main(["synth", "--hardware", "ndv2", "--nodes", "1", "--collective", "allgather", "--solver", "highs",
+    code = main(["synth", "--hardware", "ndv2", "--nodes", "1", "--collective", "allgather", "--engine", "milp", "--solver", "highs",
                  "--size", "1K", "--time-limit", "5", "--json"])
     out, err = capfd.readouterr()
     assert code == 0, err
