@@ -31,7 +31,8 @@ _QUANTITIES = dict(zip(("time_us", "algbw", "busbw", "relative", "bound_pct"), P
 
 # MLflow's SQL store logs every database error with its traceback ("SQLAlchemy database error ...") and then
 # raises it; the caller reports the error raised (a full disk: one line), so the log is only noise
-logging.getLogger("mlflow.store.db.utils").addFilter(lambda record: not str(record.msg).startswith("SQLAlchemy database error"))
+logging.getLogger("mlflow.store.db.utils").addFilter(
+    lambda record: not str(record.msg).startswith("SQLAlchemy database error"))
 
 
 def sqlite_uri(path: str | Path) -> str:

@@ -233,9 +233,10 @@ def test_failures_become_trial_states_with_reasons_and_the_sweep_goes_on(tmp_pat
     proc = subprocess.Popen(tune_cmd(*common, "--study", "faults", "--trials", "5", "--runner", "mpi", "--np", "4",
                                      "--launcher", str(launcher), "--timeout-per-run", "8", "--margin", "10"),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
-    deadline = time.monotonic() + 120       # the baselines are measured first, without faults
-    while time.monotonic() < deadline and proc.poll() is None and "faults" not in {
-            s.study_name for s in optuna.get_all_study_summaries(open_storage(str(journal)))}:
+    deadline = time.monotonic() + 120       # the baselines are measured first, without faults: the study
+    while time.monotonic() < deadline and proc.poll() is None and not [   # has its seeds queued only after
+            s for s in optuna.get_all_study_summaries(open_storage(str(journal))) if s.study_name == "faults"
+            and s.n_trials]:
         time.sleep(0.2)
     (tickets / "1.ticket").write_text("crash")
     (tickets / "2.ticket").write_text("hang")
