@@ -112,12 +112,13 @@ def next_steps(args, summaries) -> str:
     from shlex import quote
 
     from .. import tracking
+    from ..tuning.space import load_space
     from ..tuning.sweep import storage_spec
 
     out = Path(args.out).resolve()
     uri = args.tracking_uri or tracking.default_tracking_uri(out)
-    client = tracking.MlflowClient(tracking_uri=uri)
-    experiments = " ".join(f"--experiment {quote(client.get_experiment(s.experiment_id).name)}" for s in summaries)
+    space = load_space(args.space)          # the experiments' names, without asking a server that may be down
+    experiments = " ".join(f"--experiment {quote(space.experiment_name(s.collective))}" for s in summaries)
     source = f"--tracking-uri {quote(uri)}"
     ui = source if args.tracking_uri else f"--out {quote(str(out))}"
     return "\n".join([
