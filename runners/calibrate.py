@@ -28,11 +28,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
-import yaml
 from scipy.optimize import least_squares
 
 from autotaccl.errors import InputError
-from autotaccl.model.hardware import HardwareProfile, load_hardware, profile_to_dict
+from autotaccl.model.hardware import HardwareProfile, profile_to_dict, save_profile
 from autotaccl.model.topology import is_network_arc
 from autotaccl.nccl_model import Candidate, Terms, best, candidates
 
@@ -296,7 +295,6 @@ def _round(value):
 def write_profile(cal: Calibration, path: str | Path, name: str, how: str) -> None:
     """Write the calibrated profile atomically, its fit and per-size residuals in the header; it is
     loaded back with :func:`load_hardware` before it replaces ``path``."""
-    path = Path(path)
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [f"# Calibrated by `autotaccl calibrate` on {when} from {cal.profile.name}.", f"# How: {how}",
              f"# Fit: parameter set {cal.stage}; median |residual| {100 * cal.median:.1f}%, worst "
@@ -309,12 +307,4 @@ def write_profile(cal: Calibration, path: str | Path, name: str, how: str) -> No
                      f"{100 * r.relative:+.1f}%  {r.algorithm}/{r.protocol}")
     data = _round(profile_to_dict(replace(cal.profile, name=name)))
     data["description"] = f"{cal.profile.description} (calibrated: {how})"[:2000]
-    body = yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("\n".join(lines) + "\n" + body)
-    try:
-        load_hardware(tmp)
-    except InputError:
-        tmp.unlink()
-        raise
-    tmp.replace(path)
+    save_profile(data, path, lines, width=120)

@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-import yaml
 from scipy.optimize import nnls
 
 from autotaccl.errors import InputError
-from autotaccl.model.hardware import load_hardware
+from autotaccl.model.hardware import save_profile
 
 
 class PoorFitError(ValueError):
@@ -232,7 +231,6 @@ def report(m: Measured) -> str:
 def write_profile(m: Measured, path: str | Path, name: str, how: str) -> None:
     """Write the profile YAML atomically, with a comment header saying it was measured, when and how;
     it is loaded back with :func:`load_hardware` before it replaces ``path``."""
-    path = Path(path)
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     header = [f"# Measured by `autotaccl profile` on {when}.", f"# How: {how}",
               "# Model: one-way time = alpha + bytes / bandwidth, robust least squares on relative residuals at the "
@@ -243,12 +241,4 @@ def write_profile(m: Measured, path: str | Path, name: str, how: str) -> None:
                       f"{100 * c.fit.worst_residual(False):+.1f}% between them")
     if m.nic_class:
         header.append("# The network class is one NIC per node shared by all its ranks (ping-pong measured one pair at a time).")
-    body = yaml.safe_dump(profile_dict(m, name), sort_keys=False, default_flow_style=None)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("\n".join(header) + "\n" + body)
-    try:
-        load_hardware(tmp)
-    except InputError:
-        tmp.unlink()
-        raise
-    tmp.replace(path)
+    save_profile(profile_dict(m, name), path, header)

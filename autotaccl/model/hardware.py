@@ -315,6 +315,23 @@ def profile_to_dict(profile: HardwareProfile) -> dict:
     return data
 
 
+
+def save_profile(data: Mapping[str, Any], path: str | Path, header: list[str], width: int = 80) -> None:
+    """Write profile document ``data`` as YAML under the comment lines ``header``, atomically: the file is
+    read back with :func:`load_hardware` before it replaces ``path`` (nothing is written if it does not load)."""
+    import yaml
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("\n".join(header) + "\n" + yaml.safe_dump(dict(data), sort_keys=False, default_flow_style=None,
+                                                              width=width))
+    try:
+        load_hardware(tmp)
+    except InputError:
+        tmp.unlink()
+        raise
+    tmp.replace(path)
+
 def _list(r: _Reader, value: Any, where: str) -> list:
     if value is None:
         return []
