@@ -174,7 +174,8 @@ class Objective:
         params.update(collective=cfg.collective, target=self.space.target_name, runner=cfg.runner,
                       nodes=self.space.nodes, topology=self.topology)
         tags = {tracking.KIND: "trial", "state": state, "optuna.trial": trial.number, "optuna.study": cfg.study_name,
-                "collective": cfg.collective, "target": self.space.target_name}
+                "collective": cfg.collective, "target": self.space.target_name,
+                "rank": trial.user_attrs.get("retry_of", trial.number)}     # a redone trial keeps its place
         if reason:
             tags["failure_reason" if state == "FAIL" else "prune_reason"] = reason[:5000]
         metrics: dict[str, float] = {}

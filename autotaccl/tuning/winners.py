@@ -3,7 +3,9 @@ sweep's MLflow parent run all call :func:`pick`, so they name the same trial.
 
 A trial wins only if it is strictly faster than the fastest baseline. Among trials equally fast (the
 same algorithm found twice, or knobs the runner cannot tell apart) the tie goes to fewer steps, then
-fewer transfers, then a trial that synthesized its algorithm (not a cache hit), then the earliest trial.
+fewer transfers, then a trial that synthesized its algorithm (not a cache hit), then the earliest trial (a
+trial redone after an interruption counts as the trial it redoes, and its cache hit on its own earlier
+synthesis is not held against it, so an interruption changes no winner).
 Baselines tied with each other go by name. Times within ``TIE`` (relative) of each other are equal, so a
 value that went through JSON or a database and came back one ulp off does not change the winner.
 """
@@ -24,10 +26,20 @@ class Entry:
     transfers: int = 0
     cache_hit: bool = False
     handle: Any = None           # the caller's own record (an MLflow run, an Optuna trial)
+    rank: int | None = None      # place among trials (default: the trial number; a retry: the trial it redoes)
 
     @property
     def is_baseline(self) -> bool:
         return isinstance(self.trial, str)
+
+    @property
+    def place(self) -> int | str:
+        return self.trial if self.rank is None else self.rank
+
+    @property
+    def is_retry(self) -> bool:
+        """A trial redoing an interrupted one: its cache hit is its own earlier synthesis, not another trial's."""
+        return self.rank is not None and self.rank != self.trial
 
 
 def _fastest(entries: Sequence[Entry], order) -> Entry | None:
@@ -43,7 +55,7 @@ def pick(trials: Iterable[Entry], baselines: Iterable[Entry]) -> tuple[Entry, En
     base = _fastest([e for e in baselines if e.time_us == e.time_us], lambda e: str(e.trial))
     if base is None:
         raise ValueError("no baseline time at this size")
-    best = _fastest(valid, lambda e: (e.steps, e.transfers, e.cache_hit, e.trial))
+    best = _fastest(valid, lambda e: (e.steps, e.transfers, e.cache_hit and not e.is_retry, e.place, e.trial))
     if best is not None and best.time_us < base.time_us * (1 - TIE):
         return best, base
     return base, base
@@ -69,7 +81,8 @@ def result_at(trial: Any, size: int) -> dict | None:
 def trial_entries(trials: Iterable[Any], size: int) -> list[Entry]:
     """The completed, exportable Optuna trials (``FrozenTrial``) that ran at ``size`` bytes."""
     return [Entry(t.number, float(r["time_us"]), int(t.user_attrs.get("steps", 0)),
-                  int(t.user_attrs.get("transfers", 0)), bool(t.user_attrs.get("cache_hit", False)), t)
+                  int(t.user_attrs.get("transfers", 0)), bool(t.user_attrs.get("cache_hit", False)), t,
+                  int(t.user_attrs.get("retry_of", t.number)))
             for t in trials if exportable(t.user_attrs.get("xml_error")) and (r := result_at(t, size)) is not None]
 
 
@@ -89,5 +102,6 @@ def run_entries(runs: Any, size: int) -> list[Entry]:
             out.append(Entry(str(row["tags.baseline"]), float(row[col]), handle=row))
         else:
             out.append(Entry(int(row["tags.optuna.trial"]), float(row[col]), num(row, "metrics.steps"),
-                             num(row, "metrics.transfers"), str(row.get("tags.cache_hit")) == "true", row))
+                             num(row, "metrics.transfers"), str(row.get("tags.cache_hit")) == "true", row,
+                             int(rank) if isinstance(rank := row.get("tags.rank"), str) and rank.isdigit() else None))
     return out
