@@ -24,6 +24,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from autotaccl.errors import InputError
+from autotaccl.safety import output_dir
+
+from runners.results import check_dtype, check_op
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -67,6 +70,18 @@ def check(ok: bool, flag: str, value: Any, expected: str) -> None:
     """An options dataclass's field check: ``flag: value: expected`` unless ``ok``."""
     if not ok:
         raise InputError(flag, str(value), expected)
+
+
+def check_launched(options: Any) -> None:
+    """The checks every runner that launches ranks makes of its options (``np``, ``iters``, ``warmup``,
+    ``timeout``, ``workdir``, ``dtype``, ``op``), each naming its flag."""
+    check(options.np is None or options.np >= 1, "--np", options.np, "a whole number >= 1")
+    check(options.iters >= 1, "--iters", options.iters, "a whole number >= 1")
+    check(options.warmup >= 0, "--warmup", options.warmup, "a whole number >= 0")
+    check(options.timeout > 0, "--timeout", options.timeout, "a positive number of seconds")
+    if options.workdir is not None:
+        output_dir(options.workdir, "--workdir")
+    check_dtype(options.dtype), check_op(options.op)
 
 
 def flag_of(key: str, flags: Mapping[str, str] | None = None) -> str:

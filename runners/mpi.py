@@ -26,12 +26,11 @@ import pandas as pd
 from autotaccl.errors import InputError
 from autotaccl.model.algorithm import Algorithm, to_json
 from autotaccl.model.collectives import Collective
-from autotaccl.safety import output_dir
 
 from runners import launch
-from runners.contract import check
+from runners.contract import check, check_launched
 from runners.progress import read_heartbeats
-from runners.results import DTYPES, check_dtype, check_op, frame, layout
+from runners.results import DTYPES, frame, layout
 
 log = logging.getLogger(__name__)
 RANK_MODULE = "runners.mpi_rank"
@@ -191,13 +190,7 @@ class MpiOptions:
     check: bool = True              # compare every output element with the expected result
 
     def __post_init__(self) -> None:
-        check(self.np is None or self.np >= 1, "--np", self.np, "a whole number >= 1")
-        check(self.iters >= 1, "--iters", self.iters, "a whole number >= 1")
-        check(self.warmup >= 0, "--warmup", self.warmup, "a whole number >= 0")
-        check(self.timeout > 0, "--timeout", self.timeout, "a positive number of seconds")
-        if self.workdir is not None:
-            output_dir(self.workdir, "--workdir")
-        check_dtype(self.dtype), check_op(self.op)
+        check_launched(self)
 
 
 class MpiRunner:

@@ -29,13 +29,13 @@ import pandas as pd
 from autotaccl.errors import InputError
 from autotaccl.model.algorithm import Algorithm
 from autotaccl.model.collectives import canonical_name
-from autotaccl.safety import file_stem, output_dir
+from autotaccl.safety import file_stem
 
 from runners import launch
-from runners.contract import MSCCL_XML, check
+from runners.contract import MSCCL_XML, check, check_launched
 from runners.mpi import launcher_command
 from runners.nccl_output import MeasuredTable, parse_text, read_table
-from runners.results import DTYPES, check_dtype, check_op, frame
+from runners.results import DTYPES, frame
 
 log = logging.getLogger(__name__)
 
@@ -147,16 +147,10 @@ class NcclTestsOptions:
               "the nccl-tests binary or build directory for --runner nccl-tests")
         check(self.np is not None or (self.launcher is not None and self.hostfile is None), "--np", "(missing)",
               "the number of ranks to launch (or a whole --launcher line) for --runner nccl-tests")
-        check(self.np is None or self.np >= 1, "--np", self.np, "a whole number >= 1")
+        check_launched(self)
         check(self.runtime in RUNTIMES, "--runtime", repr(self.runtime), f"one of: {', '.join(RUNTIMES)}")
         check(self.env_flag in ENV_FLAGS, "--env-flag", repr(self.env_flag),
               "-x (Open MPI), -genv (MPICH) or nothing (inherit)")
-        check(self.iters >= 1, "--iters", self.iters, "a whole number >= 1")
-        check(self.warmup >= 0, "--warmup", self.warmup, "a whole number >= 0")
-        check(self.timeout > 0, "--timeout", self.timeout, "a positive number of seconds")
-        if self.workdir is not None:
-            output_dir(self.workdir, "--workdir")
-        check_dtype(self.dtype), check_op(self.op)
 
 
 class NcclTestsRunner:

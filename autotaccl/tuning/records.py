@@ -80,8 +80,7 @@ def log_baselines(client, out: Path, experiment_id: str, parent: str, ref: Refer
     coll = make_collective(collective, space.profile.gpus_per_node * space.nodes)
     if ref.nccl_times and not _nccl_logged(client, experiment_id, parent, ref):
         # stock NCCL, predicted: compared with, never a candidate (not verified)
-        rows = [{"size": s, "time_us": t, "algbw": s / t / 1e3, "busbw": s / t / 1e3 * coll.busbw_factor,
-                 "bound_pct": 100 * s / t / 1e3 / b} for s, t, b in zip(ref.sizes, ref.nccl_times, ref.bound_algbw)]
+        rows = _rows(ref, ref.nccl_times, coll.busbw_factor)
         choices = {f"nccl.{s}": f"{a}/{p}/{c}" for s, (a, p, c) in zip(ref.sizes, ref.nccl_choices)}
         outbox.log_run(client, out, experiment_id, "nccl-model", parent_run_id=parent,
                        params={"collective": collective, "target": space.target_name, "model": "nccl-model"},
@@ -91,8 +90,7 @@ def log_baselines(client, out: Path, experiment_id: str, parent: str, ref: Refer
     for name, times in ref.times.items():
         if name in done:
             continue
-        rows = [{"size": s, "time_us": t, "algbw": s / t / 1e3, "busbw": s / t / 1e3 * coll.busbw_factor,
-                 "bound_pct": 100 * s / t / 1e3 / b} for s, t, b in zip(ref.sizes, times, ref.bound_algbw)]
+        rows = _rows(ref, times, coll.busbw_factor)
         metrics = tracking.size_metrics(rows)
         metrics.update({f"bound_busbw_GBps.{s}": b * coll.busbw_factor for s, b in zip(ref.sizes, ref.bound_algbw)})
         how = {f"sim.{s}": f"{p}/{c}x{i}" for s, (p, c, i) in zip(ref.sizes, ref.sim_runs.get(name, ()))}
@@ -105,22 +103,29 @@ def log_baselines(client, out: Path, experiment_id: str, parent: str, ref: Refer
                        artifacts={"algorithm.json": json.dumps(to_json(ref.algorithm(name)))})
 
 
+def _rows(ref: Reference, times, busbw_factor: float) -> list[dict]:
+    """Per-size result rows of ``times`` (one per sweep size) against the reference's bound."""
+    return [{"size": s, "time_us": t, "algbw": s / t / 1e3, "busbw": s / t / 1e3 * busbw_factor,
+             "bound_pct": 100 * s / t / 1e3 / b} for s, t, b in zip(ref.sizes, times, ref.bound_algbw)]
+
+
 def _nccl_logged(client, experiment_id: str, parent: str, ref: Reference) -> bool:
     """The sweep already has a FINISHED ``nccl-model`` run with the reference's predictions at every size."""
     runs = tracking.all_runs(client, experiment_id, f"tags.`mlflow.parentRunId` = '{parent}' and "
                                                     f"tags.`{tracking.KIND}` = 'nccl'")
-    return any(r.info.status == "FINISHED" and all(
-        math.isclose(r.data.metrics.get(f"time_us.{s}", math.nan), t, rel_tol=1e-9)
-        for s, t in zip(ref.sizes, ref.nccl_times)) for r in runs)
+    return any(r.info.status == "FINISHED" and _holds(r, ref.sizes, ref.nccl_times) for r in runs)
 
 
 def _same(run, ref: Reference) -> bool:
     """The baseline run holds the reference's times (same runner) at every sweep size."""
-    name = run.data.tags.get("baseline")
-    times = ref.times.get(name)
+    times = ref.times.get(run.data.tags.get("baseline"))
+    return times is not None and run.data.params.get("runner") == ref.runner and _holds(run, ref.sizes, times)
+
+
+def _holds(run, sizes, times) -> bool:
+    """The run's per-size ``time_us`` metrics are ``times`` at ``sizes``."""
     metrics = run.data.metrics
-    return (times is not None and run.data.params.get("runner") == ref.runner and all(
-        math.isclose(metrics.get(f"time_us.{s}", math.nan), t, rel_tol=1e-9) for s, t in zip(ref.sizes, times)))
+    return all(math.isclose(metrics.get(f"time_us.{s}", math.nan), t, rel_tol=1e-9) for s, t in zip(sizes, times))
 
 
 def reconcile(client, config: SweepConfig, study: optuna.Study) -> None:
