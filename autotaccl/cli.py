@@ -17,7 +17,7 @@ import sys
 from typing import Sequence
 
 from . import commands
-from .errors import InfeasibleError, InputError, ParameterError, environment_problem
+from .errors import InfeasibleError, InputError, ParameterError, environment_problem, interrupted
 
 # library parameters whose command-line option has another name (``dest``); every other parameter is
 # its option's dest (``trials`` -> --trials, ``time_limit`` -> --time-limit)
@@ -89,10 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader (e.g. `head`) went away
         sys.stderr.close()
         return 0
-    except KeyboardInterrupt:
-        print("autotaccl: interrupted", file=sys.stderr)
-        return 130
-    except Exception as err:   # a full disk, an I/O error: the machine's fault, said in one line
+    except (KeyboardInterrupt, Exception) as err:   # Ctrl-C; a full disk, an I/O error: said in one line
+        if interrupted(err):
+            print("autotaccl: interrupted", file=sys.stderr)
+            return 130
         problem = environment_problem(err)
         if problem is None:
             raise

@@ -58,18 +58,30 @@ _ENVIRONMENT_TEXTS = ("database or disk is full", "disk i/o error", "no space le
                       "read-only file system", "file too large")
 
 
-def environment_problem(err: BaseException) -> str | None:
-    """What failed in the environment, if ``err`` (or an error it was raised from) is such a failure."""
+def _chain(err: BaseException | None):
+    """``err`` and the errors it was raised from or while handling, each once."""
     seen = set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
-        if isinstance(err, EnvironmentFailure):
-            return str(err)
-        if isinstance(err, OSError) and err.errno in ENVIRONMENT_ERRNOS:
-            return f"{err.strerror or os.strerror(err.errno)}" + (f": {err.filename}" if err.filename else "")
-        text = str(err).lower()
+        yield err
+        err = err.__cause__ or err.__context__
+
+
+def interrupted(err: BaseException) -> bool:
+    """Whether ``err`` is Ctrl-C, or an error raised while Ctrl-C was being handled (a library's
+    clean-up code can fail half-way, e.g. Optuna's ``tell`` cut short inside its journal write)."""
+    return any(isinstance(e, KeyboardInterrupt) for e in _chain(err))
+
+
+def environment_problem(err: BaseException) -> str | None:
+    """What failed in the environment, if ``err`` (or an error it was raised from) is such a failure."""
+    for e in _chain(err):
+        if isinstance(e, EnvironmentFailure):
+            return str(e)
+        if isinstance(e, OSError) and e.errno in ENVIRONMENT_ERRNOS:
+            return f"{e.strerror or os.strerror(e.errno)}" + (f": {e.filename}" if e.filename else "")
+        text = str(e).lower()
         found = next((t for t in _ENVIRONMENT_TEXTS if t in text), None)
         if found:
-            return str(err).splitlines()[0][:300]
-        err = err.__cause__ or err.__context__
+            return str(e).splitlines()[0][:300]
     return None

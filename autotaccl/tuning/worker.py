@@ -22,11 +22,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format=f"worker {args.index}: %(levelname)s %(name)s: %(message)s")
     try:
         return _run(Path(args.config), args.n_trials)
-    except KeyboardInterrupt:
-        return 130
-    except Exception as err:
-        from ..errors import environment_problem
+    except (KeyboardInterrupt, Exception) as err:
+        from ..errors import environment_problem, interrupted
 
+        if interrupted(err):
+            return 130
         problem = environment_problem(err)
         if problem is None:
             raise
