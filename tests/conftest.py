@@ -72,9 +72,16 @@ KINDS = ("mpi", "postgres", "browser")
 
 
 def pytest_collection_modifyitems(items) -> None:
-    """A test that asks for the PostgreSQL fixture is a postgres test; mpi, postgres and browser tests are slow."""
+    """A test that asks for the PostgreSQL fixture is a postgres test; mpi, postgres and browser tests are slow.
+
+    Under pytest-xdist the mpi tests run one at a time (MPICH ranks poll: two 4-rank jobs on two cores
+    starve each other into their time-outs), and so do the postgres ones (they share one database, whose
+    Optuna schema one of them creates)."""
     for item in items:
         if "postgres" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.postgres)
-        if any(item.get_closest_marker(kind) for kind in KINDS):
+        kinds = [kind for kind in KINDS if item.get_closest_marker(kind)]
+        if kinds:
             item.add_marker(pytest.mark.slow)
+        if kinds and kinds[0] in ("mpi", "postgres"):
+            item.add_marker(pytest.mark.xdist_group(kinds[0]))

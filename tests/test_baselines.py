@@ -256,6 +256,7 @@ def test_unknown_names(topo):
         baseline(graph, "alltoall", "direct", channels=2)
 
 
+@pytest.mark.slow
 def test_best_baseline_is_the_fastest_candidate(topo):
     graph = topo("dgx-a100", 2)
     for size in (1 << 10, 1 << 28):

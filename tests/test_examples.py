@@ -5,10 +5,12 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 
 from support import REPO, fresh_store, runs
 
 
+@pytest.mark.slow
 def test_the_sweep_example_tunes_and_exports_from_python(tmp_path):
     out = tmp_path / "example"
     fresh_store(out / "runs")       # a migrated empty store (MLflow's migrations take seconds); the script finds it

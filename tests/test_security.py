@@ -195,6 +195,7 @@ def evil_sweep(tmp_path_factory):
     return root, work, tuned_name
 
 
+@pytest.mark.slow
 def test_tune_accepts_the_name_and_writes_only_inside_its_run_directory(evil_sweep):
     root, work, tuned_name = evil_sweep
     assert tuned_name == f"{EVIL}x2-allgather"

@@ -121,6 +121,7 @@ def test_milp_allreduce_reports_combine_stages(tmp_path, capsys):
     assert algorithm.collective.name == "allreduce"
 
 
+@pytest.mark.slow
 def test_default_sketch_when_none_is_given(tmp_path, capsys):
     out = tmp_path / "bc.json"
     code, stdout, _ = run(capsys, "synth", "--hardware", "dgx-a100", "--nodes", "2", "--collective", "broadcast",
@@ -133,6 +134,7 @@ def test_default_sketch_when_none_is_given(tmp_path, capsys):
     verify(algorithm, build_topology(load_hardware("dgx-a100"), 2))
 
 
+@pytest.mark.slow
 def test_without_an_engine_synth_runs_greedy_and_skips_the_milp_at_the_bound(tmp_path, capsys):
     """The default routes around the MILP (issue 14: NDv2 x2 AllToAll took ~10 minutes for greedy's schedule);
     asked for by name at 1 GiB, the MILP is skipped because greedy is already at the bound."""

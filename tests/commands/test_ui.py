@@ -4,9 +4,12 @@ from __future__ import annotations
 import socket
 import subprocess
 
+import pytest
+
 from support import VENV_BIN, fresh_store
 
 
+@pytest.mark.slow
 def test_ui_on_a_busy_port_fails_and_names_port(tmp_path):
     fresh_store(tmp_path / "runs")
     with socket.socket() as taken:

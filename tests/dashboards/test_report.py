@@ -35,6 +35,7 @@ def tracked(tmp_path_factory):
     return tmp, f"sqlite:///{out / 'mlflow.db'}"
 
 
+@pytest.mark.slow
 def test_report_has_every_plot_and_the_table(tracked, capsys):
     tmp, uri = tracked
     target = tmp / "report"
@@ -70,6 +71,7 @@ def test_unknown_experiment_is_exit_2(tracked, capsys):
     assert not (tmp / "r2").exists()
 
 
+@pytest.mark.slow
 def test_report_links_the_export_it_is_given_and_names_its_winners(tracked, capsys):
     import json
     import re

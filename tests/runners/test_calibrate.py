@@ -60,6 +60,7 @@ def test_a_simulated_table_is_fitted_back_within_5_percent(tmp_path, capsys):
     assert main(["topo", "show", "--hardware", str(out)]) == 0
 
 
+@pytest.mark.slow
 def test_fitted_profile_reproduces_a_measured_table(tmp_path, capsys):
     out = tmp_path / "h100.yaml"
     table = PUBLIC_TABLES / "03-h100-sxm-1node-allreduce-ring.txt"

@@ -206,6 +206,7 @@ def test_a_broken_site_runner_is_named(tmp_path, monkeypatch):
         get_runner("sim")
 
 
+@pytest.mark.slow
 def test_a_site_runner_from_its_entry_point_measures_through_bench(site, tmp_path):
     algo = tmp_path / "ring.json"
     save_algorithm(ring_allgather(4), algo)
@@ -228,6 +229,7 @@ def test_a_site_runner_from_its_entry_point_measures_through_bench(site, tmp_pat
     assert zero.returncode == 2 and "--runner-option slowdown: 0.0: a positive factor" in zero.stderr
 
 
+@pytest.mark.slow
 def test_a_site_runner_is_the_second_fidelity_of_tune_and_leases_its_hosts(site, tmp_path):
     space = write_space(tmp_path, {"target": {"hardware": "pair.yaml", "nodes": 2, "collective": "allgather"},
                                    "sizes": "1K,64K", "fixed": {"engine": "greedy", "internode_conn": "relay"},

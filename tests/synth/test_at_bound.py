@@ -36,6 +36,7 @@ def test_the_routing_makespan_is_never_below_the_bound_and_stops_within_the_gap(
     assert stop_at_bound(solver, lt.graph, "alltoall", None, 0.01) is solver      # no size: unchanged
 
 
+@pytest.mark.slow
 def test_synthesis_stops_each_stage_at_the_bound_and_verifies(topo):
     graph = topo("ndv2", 2)
     result = synthesize(graph, "alltoall", options=SynthOptions(engine="milp", solver="highs", time_limit=3, size=MiB))
@@ -44,6 +45,7 @@ def test_synthesis_stops_each_stage_at_the_bound_and_verifies(topo):
     assert result.algorithm.metadata["status"] == result.status
 
 
+@pytest.mark.slow
 def test_the_milp_is_skipped_when_greedy_is_at_the_bound(topo):
     graph = topo("ndv2", 2)
     options = SynthOptions(engine="milp", solver="highs", time_limit=20, size=GiB)

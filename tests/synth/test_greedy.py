@@ -158,6 +158,7 @@ def test_sender_map_restricts_who_carries_chunks_off_node():
         assert_respects(algorithm, lt)
 
 
+@pytest.mark.slow
 def test_sixty_four_gpus_synthesize_and_verify():
     g = topo("dgx-h100", 8)
     result = synthesize(g, "allgather", None, SynthOptions(engine="greedy", size=1 << 30))

@@ -350,6 +350,7 @@ def test_routing_drops_a_start_that_is_not_a_routing(topo):
     assert "start shortest-path" in routed.report.message
 
 
+@pytest.mark.slow
 def test_routing_crosses_the_network_once_per_chunk_with_a_nic_per_gpu(topo):
     # with alpha charged per chunk to port loads, relaying a chunk over a second NIC looked cheaper than
     # forwarding it through the switch: the algorithm then moved every chunk twice over the network

@@ -55,6 +55,7 @@ def exported(swept):
     return uri, target, runs, pd.read_csv(target / "table.csv", keep_default_na=False)
 
 
+@pytest.mark.slow
 def test_table_picks_the_fastest_verified_run_at_every_size(exported):
     _, _, runs, table = exported
     trials = runs[(runs["tags.autotaccl.kind"] == "trial") & (runs["tags.verified"] == "true")]
@@ -362,6 +363,7 @@ def test_knobs_the_runner_cannot_tell_apart_are_exported_at_the_default_and_mark
     assert "Simple (not measured) | 1 (not measured)" in markdown(table)
 
 
+@pytest.mark.slow
 def test_an_exact_three_way_tie_goes_to_the_same_trial_everywhere(tmp_path, capsys):
     """mip_gap does nothing to the greedy engine: three trials synthesize the same algorithm and tie exactly.
     Before one rule, the summary, the table and the report broke such a tie three different ways."""

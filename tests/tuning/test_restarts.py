@@ -20,6 +20,8 @@ from autotaccl.tracking import sqlite_uri
 from support import (NDV2_SPACE, SWEEP, VENV_BIN, assert_like_clean, exported, fresh_store, run_tune, runs,
                      study_trials, sweep_args, tune_cmd, write_space)
 
+pytestmark = pytest.mark.slow      # every test runs real sweeps, some of them twice
+
 
 def _one_line(proc: subprocess.CompletedProcess, status: int = 2) -> str:
     """The single error line of a refused run (and no traceback)."""
@@ -69,7 +71,6 @@ def _stopped(pid: int, timeout: float = 120) -> None:
     raise AssertionError("tune never reached its fault point")
 
 
-@pytest.mark.slow
 def test_a_full_disk_stops_the_sweep_without_counting_the_trial_and_a_rerun_finishes_it(small_disk, clean_sweep,
                                                                                        tmp_path):
     space = write_space(tmp_path / "space", NDV2_SPACE)
@@ -155,7 +156,6 @@ def _copy_of(finished, tmp_path) -> tuple[list[str], Path]:
     return [a if a != str(out) else str(where) for a in args], where
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("damage, says", [
     (_damage_middle, "line"),
     (_emptied, "is gone"),
@@ -171,7 +171,6 @@ def test_a_damaged_or_lost_journal_is_refused_in_one_line_never_restarted(damage
     assert len(runs(out)) == before                     # nothing logged: no duplicate run names in MLflow
 
 
-@pytest.mark.slow
 def test_a_journal_whose_last_operation_was_cut_short_is_repaired_with_a_warning(finished, clean_sweep, tmp_path):
     args, out = _copy_of(finished, tmp_path)
     _damage_last(out / "optuna.journal")
@@ -206,7 +205,6 @@ def _fewer_protocols(data):
     data["parameters"]["protocol"]["choices"] = ["Simple"]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("change, field, extendable", [
     (_more_protocols, "parameters.protocol.choices", True),
     (_more_sizes, "sizes", True),
@@ -226,7 +224,6 @@ def test_a_rerun_with_an_edited_space_is_one_line_naming_the_change(change, fiel
         _one_line(run_tune(*args, "--extend"))
 
 
-@pytest.mark.slow
 def test_extend_adds_choices_and_sizes_and_keeps_every_result_where_it_was_measured(finished, tmp_path):
     original, out = _copy_of(finished, tmp_path)
     old = {t.number: t.user_attrs["results"] for t in study_trials(out) if t.state == TrialState.COMPLETE}
@@ -260,7 +257,6 @@ def test_extend_adds_choices_and_sizes_and_keeps_every_result_where_it_was_measu
 # --------------------------------------------------------------------------- item 7: where the store goes
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", ["run?x=1", "run%41b", "run#frag"])
 def test_a_run_directory_whose_name_is_not_url_safe_holds_its_own_store(name, tmp_path):
     space = write_space(tmp_path / "space", NDV2_SPACE)
@@ -300,7 +296,6 @@ def test_a_deleted_experiment_of_the_same_name_is_refused_in_one_line(tmp_path):
 # --------------------------------------------------------------------------- Ctrl-C with --workers
 
 
-@pytest.mark.slow
 def test_ctrl_c_with_workers_is_one_line_and_a_rerun_finishes_the_sweep(clean_sweep, tmp_path):
     """Ctrl-C in a terminal reaches the whole process group: the driver and every worker."""
     args, out = sweep_args(tmp_path)
@@ -332,7 +327,6 @@ def _trials_or_none(out: Path) -> list:
 # --------------------------------------------------------------------------- export -o
 
 
-@pytest.mark.slow
 def test_export_replaces_its_directory_in_one_step_and_cleans_up_after_a_killed_one(clean_sweep, tmp_path):
     store = tmp_path / "runs"
     subprocess.run(["cp", "-a", str(clean_sweep[0]), str(store)], check=True)

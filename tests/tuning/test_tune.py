@@ -28,6 +28,7 @@ def sweep(tmp_path_factory):
     return tmp, space, out, request, first
 
 
+@pytest.mark.slow
 def test_sweep_records_every_trial_in_mlflow(sweep):
     _, _, out, _, (summary,) = sweep
     df = runs(out)
@@ -81,6 +82,7 @@ def test_objective_is_geomean_of_time_relative_to_best_baseline(sweep):
         assert w.time_us == pytest.approx(min(times + [w.baseline_time_us]))
 
 
+@pytest.mark.slow
 def test_resume_with_two_workers_does_not_repeat_finished_trials(sweep, capsys):
     tmp, space, out, request, (first,) = sweep
     study_name = "ndv2x2-allgather"
@@ -109,6 +111,7 @@ def test_resume_with_two_workers_does_not_repeat_finished_trials(sweep, capsys):
     assert "study ndv2x2-allgather" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_lowering_knobs_reuse_the_synthesis_and_the_export_picks_the_fastest_protocol(tmp_path):
     """Protocol and instances are lowering knobs: one synthesis (cached) serves every trial. The simulator
     tells them apart, so no two protocols tie at any size, and the export writes, per size, the protocol
@@ -196,6 +199,7 @@ def test_a_stuck_sampler_gets_an_unseen_configuration_enqueued(tmp_path):
     assert study.get_trials(states=(TrialState.WAITING,))[0].system_attrs["fixed_params"] == new
 
 
+@pytest.mark.slow
 def test_progress_bar_on_stderr_counts_trials_and_no_progress_removes_it(tmp_path, capsys):
     space = write_space(tmp_path)
     out = tmp_path / "runs"
@@ -264,6 +268,7 @@ class WrongOnce:
 """
 
 
+@pytest.mark.slow
 def test_infeasible_sketch_and_wrong_data_fail_their_trials_and_export_skips_them(tmp_path, monkeypatch):
     (tmp_path / "pair1nic.yaml").write_text(yaml.safe_dump(ONE_NIC))
     space = write_space(tmp_path, {
@@ -315,6 +320,7 @@ def test_infeasible_sketch_and_wrong_data_fail_their_trials_and_export_skips_the
     assert set(table.run_id) <= exportable
 
 
+@pytest.mark.slow
 def test_a_trial_is_reproduced_from_its_mlflow_run(sweep):
     """The run holds the profile's content, the node count, the sketch and every solver setting: synthesizing
     again from those alone gives the same algorithm."""
@@ -374,6 +380,7 @@ def test_profiles_of_one_shape_with_other_numbers_do_not_share_schedules(tmp_pat
     assert len(list((tmp_path / "cache").glob("*.json"))) == 5
 
 
+@pytest.mark.slow
 def test_a_space_object_runs_in_worker_processes(tmp_path):
     """A SearchSpace built in Python has no file: the driver writes it (and its profile) for the workers,
     and the sweep's heartbeat reaches them through their config, not the environment."""

@@ -4,11 +4,13 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 
 from autotaccl.cli import main
 from support import fresh_store
 
 
+@pytest.mark.slow
 def test_demo_sweeps_exports_and_reports(tmp_path, capsys):
     out = tmp_path / "demo"
     fresh_store(out / "runs")

@@ -255,6 +255,7 @@ def test_cli_lower_import_round_trip(tmp_path, capsys):
     assert list(tmp_path.glob(".*.tmp")) == []
 
 
+@pytest.mark.slow
 def test_many_peers_spread_over_channels_and_dependency_targets_keep_low_ids():
     R = 66      # 65 peers each way: 131 thread blocks per rank, more than 32 per channel and direction
     a = algo("a2a66", "alltoall", R, [((s * R + d,), s, d, 0) for s in range(R) for d in range(R) if s != d])
