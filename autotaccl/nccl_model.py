@@ -41,7 +41,7 @@ import networkx as nx
 from .baselines import MAX_DISTINCT, baseline, ways_through_node
 from .errors import InputError
 from .model.collectives import canonical_name, make_collective
-from .model.protocols import Nvls, Protocol, canonical_protocol, ll_scale
+from .model.protocols import Nvls, Protocol, across_nodes, canonical_protocol, ll_scale
 from .model.topology import is_network_arc, num_ranks
 from .simulate import Costs, algorithm_costs
 
@@ -104,8 +104,7 @@ class Terms:
 
     def protocol(self, name: str) -> Protocol:
         """``name``'s terms at this node count (LL's channel ceiling across nodes, :func:`ll_scale`)."""
-        proto = self.protocols[name]
-        return replace(proto, channel_GBps=proto.channel_GBps * self.ll_scale) if name == "LL" else proto
+        return across_nodes(self.protocols[name], self.ll_scale)
 
 
 def canonical_algorithm(name: str, source: str = "--algorithm") -> str:

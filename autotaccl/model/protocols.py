@@ -78,9 +78,9 @@ class Nvls:
 class NcclSettings:
     """What stock NCCL does on this machine: its channel count (``n coll channels`` in NCCL's INFO log),
     its send/receive channels per peer, the protocols it enables by default, where the switch supports
-    it NVLS, the share of the link rate its double binary tree reaches (``tree_efficiency``), and the
-    host CPU's vendor (``cpu``: across nodes it sets LL's bandwidth ceiling, :func:`ll_scale`), and the
-    time a call costs per channel it runs on (``channel_launch_us``: the host sets up every channel's work
+    it NVLS, the share of the link rate its double binary tree reaches (``tree_efficiency``), the host
+    CPU's vendor (``cpu``: across nodes it sets LL's bandwidth ceiling, :func:`ll_scale`), and the time
+    a call costs per channel it runs on (``channel_launch_us``: the host sets up every channel's work
     and the GPU schedules its thread block, so a call's fixed cost grows with NCCL's channel count)."""
 
     channels: int = 24
@@ -109,6 +109,11 @@ def ll_scale(gpu: str, cpu: str, nodes: int) -> float:
     if nodes <= 1:
         return 1.0
     return _LL_MAX_NET[cpu][0 if nodes == 2 else 1] / _LL_MAX[gpu]
+
+
+def across_nodes(proto: Protocol, scale: float) -> Protocol:
+    """``proto`` with LL's channel ceiling times ``scale`` (:func:`ll_scale`); other protocols as they are."""
+    return replace(proto, channel_GBps=proto.channel_GBps * scale) if proto.name == "LL" else proto
 
 
 def default_nvls(gpu: str) -> Nvls | None:
@@ -170,7 +175,7 @@ def read_nccl(r, data: Any, gpu: str, has_switch: bool) -> NcclSettings:
     if data is None:
         return NcclSettings(nvls=nvls)
     f = _Fields(r, "nccl", data, ("channels", "p2p_channels_per_peer", "protocols", "nvls", "tree_efficiency", "cpu",
-                                        "channel_launch_us"))
+                                      "channel_launch_us"))
     channels = r.integer(f.spec.get("channels", 24), "nccl.channels", 1, 64)
     per_peer = r.integer(f.spec.get("p2p_channels_per_peer", 2), "nccl.p2p_channels_per_peer", 1, 64)
     protocols = PROTOCOLS
