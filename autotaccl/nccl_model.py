@@ -23,7 +23,11 @@ Bandwidths assume all ``nccl.channels`` channels, as NCCL's own cost model does;
 reported is the one NCCL runs (``enqueue.cc``): it starts from ``nccl.channels`` and drops one while
 the buffer is smaller than ``channels * threads * threshold`` (512 threads for LL and Simple, 640 for
 LL128; thresholds 8 (LL, times the rank count for rings), 8 (LL128) and 64 (Simple) bytes per thread),
-where calls are too small for the bandwidth to matter.
+where calls are too small for the bandwidth to matter. Each of those channels adds the profile's
+``nccl.channel_launch_us`` to the call (its work set up by the host, its thread block scheduled): on the
+A100 tables the fixed cost of LL calls grows from 36 to 73 µs as NCCL goes from 2 to 24 channels, the
+same for AllReduce and AllGather although their hop counts differ by two. Across nodes LL runs at the
+ceiling of the host CPU's row of ``llMaxBws`` (:func:`autotaccl.model.protocols.ll_scale`).
 """
 from __future__ import annotations
 
@@ -37,7 +41,7 @@ import networkx as nx
 from .baselines import MAX_DISTINCT, baseline, ways_through_node
 from .errors import InputError
 from .model.collectives import canonical_name, make_collective
-from .model.protocols import Nvls, Protocol, canonical_protocol
+from .model.protocols import Nvls, Protocol, across_nodes, canonical_protocol, ll_scale
 from .model.topology import is_network_arc, num_ranks
 from .simulate import Costs, algorithm_costs
 
@@ -88,12 +92,19 @@ class Terms:
     nvls: Nvls | None
     enabled: tuple[str, ...]              # protocols NCCL enables by default
     tree_efficiency: float
+    ll_scale: float = 1.0                 # LL's channel ceiling at this node count over its one-node value
+    channel_launch_us: float = 0.0        # per call and channel NCCL runs it on
 
     @classmethod
     def of(cls, graph: nx.DiGraph) -> "Terms":
         p = graph.graph["profile"]
         return cls(dict(p.protocols), {c.name: c.efficiency for c in p.link_classes.values()}, p.nccl.channels,
-                   p.nccl.p2p_channels_per_peer, p.nccl.nvls, p.nccl.protocols, p.nccl.tree_efficiency)
+                   p.nccl.p2p_channels_per_peer, p.nccl.nvls, p.nccl.protocols, p.nccl.tree_efficiency,
+                   ll_scale(p.gpu, p.nccl.cpu, graph.graph["nodes"]), p.nccl.channel_launch_us)
+
+    def protocol(self, name: str) -> Protocol:
+        """``name``'s terms at this node count (LL's channel ceiling across nodes, :func:`ll_scale`)."""
+        return across_nodes(self.protocols[name], self.ll_scale)
 
 
 def canonical_algorithm(name: str, source: str = "--algorithm") -> str:
@@ -139,7 +150,10 @@ class Candidate:
         return nccl_channels(size, terms.channels, self.algorithm, self.protocol, self.ranks)
 
     def time_us(self, size: float, terms: Terms) -> float:
-        proto = terms.protocols[self.protocol]
+        return self.channels(size, terms) * terms.channel_launch_us + self._run_us(size, terms)
+
+    def _run_us(self, size: float, terms: Terms) -> float:
+        proto = terms.protocol(self.protocol)
         if self.kind == "nvls":
             nvls = terms.nvls
             port = self.switch_rate * 1e3 * terms.efficiency.get(self.switch_class, 1.0) * nvls.efficiency

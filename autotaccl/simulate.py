@@ -46,7 +46,7 @@ import networkx as nx
 
 from .model.algorithm import Algorithm, Transfer
 from .model.dependencies import transfer_dependencies
-from .model.protocols import PROTOCOLS, Protocol, canonical_protocol, default_protocols
+from .model.protocols import PROTOCOLS, Protocol, across_nodes, canonical_protocol, default_protocols, ll_scale
 
 ROUND_BYTES = 1 << 20
 MAX_ROUNDS = 64
@@ -84,11 +84,12 @@ def rounds(chunk_bytes: float) -> int:
 
 
 def protocol_terms(graph: nx.DiGraph, protocol: str | None = None) -> Protocol:
-    """The cost terms of ``protocol`` (default Simple) on ``graph``'s profile."""
+    """The cost terms of ``protocol`` (default Simple) on ``graph``'s profile at its node count (LL across nodes)."""
     name = canonical_protocol(protocol or DEFAULT_PROTOCOL)
     profile = graph.graph.get("profile")
-    table = profile.protocols if profile is not None else default_protocols()
-    return table[name]
+    if profile is None:
+        return default_protocols()[name]
+    return across_nodes(profile.protocols[name], ll_scale(profile.gpu, profile.nccl.cpu, graph.graph.get("nodes", 1)))
 
 
 def simulate(algorithm: Algorithm, graph: nx.DiGraph, size: int, protocol: str | None = None,

@@ -10,6 +10,12 @@ predicted busbw for sizes >= 64 KiB, and the median over all sizes (error = pred
 measured = the fastest of out-of-place, in-place and repeated rows). The targets (issue 11) are 15% /
 30% for >= 64 KiB and 25% over all sizes, on the tables the fit did not see.
 
+What counts as one machine: the same hardware at the same node count under the same NCCL generation.
+A fit can only predict what its table constrains: a 1-node table holds no NIC, network latency or
+across-node LL term, and NCCL 2.7 is other software (no ``llMaxBws``, other latencies). So the targets
+are judged on the unseen tables of the same scale and software; the cross-scale and NCCL-2.7 tables
+are predicted too (the second summary line), to show how far a fit carries beyond what it saw.
+
 Part 2, this machine: ``autotaccl profile`` measures the links between ``--np`` MPI ranks, ``autotaccl
 bench --baseline mpi`` measures our ring AllGather with real ranks, ``autotaccl calibrate`` fits that
 profile to the ring's table, and the sim runner on the calibrated profile predicts ring, direct and
@@ -26,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -40,15 +47,17 @@ from runners.nccl_output import read_table
 TABLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "nccl-tests-public"
 KiB = 1 << 10
 RING = ("ring",)
+TARGETS = (0.15, 0.30, 0.25)     # issue 11: median and worst >= 64 KiB, median over all sizes
 
-# (machine, shipped profile, [(table, nodes, NCCL_ALGO restriction, why it may miss)]); the first is fitted
+# (machine, shipped profile or (profile, host CPU vendor where it differs from the profile's: AWS p5 runs AMD
+# EPYC, p4d/p4de Intel Xeon), [(table, nodes, NCCL_ALGO restriction, why it may miss)]); the first is fitted
 GROUPS = [
     ("H100 SXM, Together AI", "dgx-h100", [
         ("03-h100-sxm-1node-allreduce-ring.txt", 1, RING, ""),
         ("04-h100-sxm-1node-allgather-ring.txt", 1, RING, ""),
         ("06-h100-sxm-1node-allreduce-nvls.txt", 1, None, ""),
         ("07-h100-sxm-1node-allreduce-ring-samenodes-as-06.txt", 1, RING, "")]),
-    ("H100, AWS p5.48xlarge", "dgx-h100", [
+    ("H100, AWS p5.48xlarge", ("dgx-h100", "amd"), [
         ("19-h100-aws-p5-1node-allreduce-8B-16G.txt", 1, None, ""),
         ("09-h100-aws-p5-2node-efa-allreduce.txt", 2, None, "cross-scale: EFA's latency is in no 1-node table")]),
     ("H100 SXM, xxrjun cluster01", "dgx-h100", [
@@ -65,12 +74,20 @@ GROUPS = [
         ("20-a100-80g-azure-ndmv4-2node-ib-allreduce.txt", 2, None, ""),
         ("21-a100-dgx-2node-ib-hdr-allreduce-ring.txt", 2, RING, ""),
         ("22-a100-dgx-4node-ib-hdr-allreduce.txt", 4, None, "")]),
-    ("A100, AWS p4d/p4de EFA 4x100G", "dgx-a100", [
+    ("A100, AWS p4d/p4de EFA 4x100G", ("dgx-a100", "intel"), [
         ("31-a100-40g-p4d-2node-efa-allreduce-nccl2.9.9-eks.txt", 2, RING, ""),
         ("30-a100-40g-p4d-2node-efa-allreduce-ring-nccl2.7.txt", 2, RING, "older software: NCCL 2.7.8 reaches 28.7 GB/s "
          "where 2.9.9 reaches 43.8 on the same instance type"),
         ("18-a100-80g-aws-p4de-2node-efa-allreduce.txt", 2, None, "")]),
 ]
+
+
+def shipped(hw):
+    """The shipped profile ``hw``, or ``(name, cpu)``: that profile on another host CPU."""
+    if isinstance(hw, str):
+        return load_hardware(hw)
+    base = load_hardware(hw[0])
+    return replace(base, nccl=replace(base.nccl, cpu=hw[1]))
 
 
 def observation(name: str, algorithms) -> Observation:
@@ -96,7 +113,7 @@ def public(verbose: bool) -> None:
     print(f"{'table':<52} {'':>6} {'calibrated: med>=64K worst>=64K med all':>40}   {'shipped profile':>24}")
     unseen, strict = [], []
     for machine, hw, tables in GROUPS:
-        base = load_hardware(hw)
+        base = shipped(hw)
         name, nodes, algos, _ = tables[0]
         cal = calibrate(build_topology(base, nodes), [observation(name, algos)])
         fitted = ", ".join(f"{k} {v[1]:.3g}" for k, v in cal.parameters.items() if abs(v[1] - v[0]) > 1e-3 * max(1, abs(v[0])))
@@ -107,7 +124,7 @@ def public(verbose: bool) -> None:
             e1, e0 = errors(cal.profile, nodes, obs), errors(base, nodes, obs)
             s1, s0 = summary(e1), summary(e0)
             fit = name == tables[0][0]
-            ok = s1[0] <= 0.15 and s1[1] <= 0.30 and s1[2] <= 0.25
+            ok = all(v <= t for v, t in zip(s1, TARGETS))
             mark = "(fit)" if fit else ("ok" if ok else "MISS")
             print(f"  {name[:50]:<50} {mark:>6} {100 * s1[0]:>12.1f}% {100 * s1[1]:>9.1f}% {100 * s1[2]:>9.1f}%   "
                   f"{100 * s0[0]:>6.1f}% {100 * s0[1]:>7.1f}% {100 * s0[2]:>6.1f}%" + (f"   {why}" if why and not fit else ""))
@@ -118,11 +135,14 @@ def public(verbose: bool) -> None:
             if verbose and not fit:
                 for s, m, t, how in e1:
                     print(f"      {s:>12} {m:>10.1f} {t:>10.1f} {100 * (m / t - 1):+7.1f}% {how}")
-    for label, group in (("all unseen tables", unseen), ("unseen, same scale and software", strict)):
+    for label, group in (("unseen, same scale and software (the targets)", strict),
+                         ("all unseen, also cross-scale and NCCL 2.7 (beyond what a fit saw)", unseen)):
         a = np.array(group)
-        print(f"# {label} ({len(group)}): median of per-table medians >=64K {100 * np.median(a[:, 0]):.1f}% "
-              f"(target 15), worst {100 * np.max(a[:, 1]):.1f}% (30), median all sizes {100 * np.median(a[:, 2]):.1f}% "
-              f"(25); tables meeting all three: {sum(1 for x in group if x[0] <= .15 and x[1] <= .3 and x[2] <= .25)}")
+        figures = (np.median(a[:, 0]), np.max(a[:, 1]), np.median(a[:, 2]))
+        verdict = ", ".join(f"{name} {100 * v:.1f}% ({100 * t:.0f}: {'met' if v <= t else 'NOT met'})" for name, v, t
+                            in zip(("median of medians >=64K", "worst >=64K", "median all sizes"), figures, TARGETS))
+        print(f"# {label}, {len(group)} tables: {verdict}; tables meeting all three: "
+              f"{sum(1 for x in group if all(v <= t for v, t in zip(x, TARGETS)))}")
 
 
 # --------------------------------------------------------------------------- this machine

@@ -9,7 +9,9 @@ explains the data ("as few parameters as explain the data"):
    ``latency_us``: what the host spends launching, e.g. one thread driving 8 GPUs with ``-g 8``);
    ``efficiency_scale:intra`` / ``efficiency_scale:network``: one scale on the efficiency of the link
    classes inside a node / on the way through the NICs (and NVLS's and the tree's efficiency, where they run);
-2. + ``hop_scale`` on the protocols' per-hop latencies and ``channel_scale`` on their ``channel_GBps``;
+2. + ``hop_scale`` on the protocols' per-hop latencies, ``channel_scale`` on their ``channel_GBps`` and
+   ``channel_launch_us``, the cost per channel a call runs on (NCCL runs small calls on fewer channels, so
+   it grows with size where a per-call or per-hop latency does not);
 3. + ``launch_scale:<protocol>``: each protocol's own launch latency.
 
 Each set is fitted by robust least squares (soft L1) on relative errors ``log(predicted / measured)`` of
@@ -107,6 +109,7 @@ class _Param:
 
 
 OFFSET_UNIT = 10.0        # µs per unit of the launch offset's x
+CHANNEL_LAUNCH_MOST = 3.0  # µs per channel: 72 µs on 24 channels, 3x the A100 tables' fits (0.1-1 µs)
 SLOWER = (0.8, 0.6)       # further starts for the tree's and NVLS's efficiency, as shares of the profile's
 
 
@@ -134,6 +137,10 @@ def _scale_efficiency(classes: Sequence[str]):
 
 def _set_nvls(terms: Terms, value: float) -> Terms:
     return replace(terms, nvls=replace(terms.nvls, efficiency=value))
+
+
+def _set_channel_launch(terms: Terms, value: float) -> Terms:
+    return replace(terms, channel_launch_us=value)
 
 
 def _set_tree(terms: Terms, value: float) -> Terms:
@@ -196,7 +203,9 @@ def _stages(problem: _Problem) -> list[list[_Param]]:
     if any(c.algorithm == "tree" for cands in problem.cands for c in cands):
         first.append(_Param("efficiency:tree", base.tree_efficiency, 0.3, _set_tree))
     second = first + [_Param("hop_scale", 1.0, 1.0, _scale_hops),
-                      _Param("channel_scale", 1.0, 0.5, _scale_protocols("channel_GBps"))]
+                      _Param("channel_scale", 1.0, 0.5, _scale_protocols("channel_GBps")),
+                      _Param("channel_launch_us", base.channel_launch_us, 0.1, _set_channel_launch, additive=True,
+                             low=-base.channel_launch_us / OFFSET_UNIT, high=CHANNEL_LAUNCH_MOST / OFFSET_UNIT)]
     third = second + [_Param(f"launch_scale:{p}", 1.0, 1.0, _scale_protocols("launch_us", (p,))) for p in sorted(used)]
     return [first, second, third]
 
@@ -278,7 +287,8 @@ def _profile(profile: HardwareProfile, terms: Terms, values: dict) -> HardwarePr
         classes[name] = replace(c, efficiency=eff) if eff <= 1 else replace(c, bandwidth_GBps=c.bandwidth_GBps * eff,
                                                                            efficiency=1.0)
     nvls = None if terms.nvls is None else replace(terms.nvls, efficiency=min(terms.nvls.efficiency, 1.0))
-    nccl = replace(profile.nccl, nvls=nvls, tree_efficiency=min(terms.tree_efficiency, 1.0))
+    nccl = replace(profile.nccl, nvls=nvls, tree_efficiency=min(terms.tree_efficiency, 1.0),
+                   channel_launch_us=terms.channel_launch_us)
     return replace(profile, link_classes=classes, protocols=dict(terms.protocols), nccl=nccl)
 
 

@@ -22,7 +22,7 @@ def switch8(**nccl):
         "protocols": {"Simple": {"launch_us": 10.0, "hop_us": 2.0, "efficiency": 1.0, "channel_GBps": 5.0},
                       "LL": {"launch_us": 4.0, "hop_us": 0.0, "efficiency": 0.5, "channel_GBps": 1.0},
                       "LL128": {"launch_us": 6.0, "hop_us": 1.0, "efficiency": 0.9375, "channel_GBps": 2.0}},
-        "nccl": {"channels": 8, "protocols": ["LL", "LL128", "Simple"]}}, "<sw8>"), 1)
+        "nccl": {"channels": 8, "protocols": ["LL", "LL128", "Simple"], **nccl}}, "<sw8>"), 1)
 
 
 def test_ring_allreduce_is_launch_plus_steps_plus_the_busiest_port():
@@ -35,6 +35,33 @@ def test_ring_allreduce_is_launch_plus_steps_plus_the_busiest_port():
         assert row.time_us == pytest.approx(10.0 + steps * (1.0 + 2.0) + bandwidth)
         assert (row.algorithm, row.protocol) == ("ring", "Simple")
     assert rows[1].busbw == pytest.approx(8 * 5.0, rel=2e-3)       # 8 channels of 5 GB/s: below the 80 GB/s port
+
+
+def test_every_channel_a_call_runs_on_costs_its_launch_share():
+    base, slow = switch8(), switch8(channel_launch_us=0.5)
+    for size, protocol in ((64 << 10, "LL"), (256 << 10, "Simple"), (GiB, "Simple")):
+        fast, = nccl_model(base, "allreduce", [size], ["ring"], [protocol]).rows
+        row, = nccl_model(slow, "allreduce", [size], ["ring"], [protocol]).rows
+        assert row.time_us - fast.time_us == pytest.approx(0.5 * nccl_channels(size, 8, "ring", protocol, 8))
+    assert nccl_channels(64 << 10, 8, "ring", "LL", 8) == 2 and nccl_channels(GiB, 8, "ring", "Simple", 8) == 8
+
+
+def test_ll_across_nodes_runs_at_the_host_cpus_ceiling():
+    # two nodes of sw8 joined by one fast NIC per GPU: at 1 GiB only the 8 LL channels of 1.0 GB/s bind on one
+    # node; across nodes tuning.cc's llMaxBws row of the host CPU scales them (AMD 22.5, Intel 39 of 87.7)
+    def busbw(cpu: str, nodes: int) -> float:
+        graph = build_topology(profile_from_dict({
+            "name": "sw8n", "gpus_per_node": 8, "gpu": "ampere",
+            "link_classes": {"sw": {"alpha_us": 1.0, "bandwidth_GBps": 100.0}, "net": {"alpha_us": 2.0, "bandwidth_GBps": 100.0}},
+            "switches": [{"class": "sw", "gpus": list(range(8))}],
+            "nics": [{"class": "net", "gpus": [g]} for g in range(8)],
+            "protocols": {"LL": {"launch_us": 4.0, "hop_us": 0.0, "efficiency": 0.5, "channel_GBps": 1.0}},
+            "nccl": {"channels": 8, "cpu": cpu}}, "<sw8n>"), nodes)
+        return nccl_model(graph, "allreduce", [GiB], ["ring"], ["LL"]).rows[0].busbw
+    assert busbw("amd", 1) == pytest.approx(8.0, rel=2e-3) == busbw("intel", 1)
+    assert busbw("amd", 2) == pytest.approx(8.0 * 22.5 / 87.7, rel=2e-3)
+    assert busbw("intel", 2) == pytest.approx(8.0 * 39.0 / 87.7, rel=2e-3)
+    assert busbw("intel", 4) == pytest.approx(8.0 * 20.4 / 87.7, rel=2e-3)
 
 
 def test_the_fastest_protocol_wins_and_restrictions_hold():

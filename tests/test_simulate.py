@@ -9,9 +9,9 @@ import pytest
 
 from autotaccl.model.algorithm import Algorithm, Transfer
 from autotaccl.model.collectives import NAMES, Collective
-from autotaccl.model.hardware import profile_from_dict
+from autotaccl.model.hardware import load_hardware, profile_from_dict
 from autotaccl.model.topology import build_topology
-from autotaccl.simulate import (MAX_ROUNDS, ROUND_BYTES, _fluid, _plan, estimate, rounds, simulate,
+from autotaccl.simulate import (MAX_ROUNDS, ROUND_BYTES, _fluid, _plan, estimate, protocol_terms, rounds, simulate,
                                 simulate_sizes)
 
 ALPHA, BW = 0.7, 25.0          # NVLink class of the hand-built ring (µs, GB/s)
@@ -305,3 +305,11 @@ def test_contended_direct_alltoall_equals_brute_force():
     plan = _plan(algorithm, graph)
     nbytes = [c * chunk / k for c in plan.chunks]
     assert simulate(algorithm, graph, size).time_us == pytest.approx(LAUNCH + brute_force(plan, nbytes, k), rel=1e-9)
+
+
+def test_ll_across_nodes_has_the_nccl_models_channel_ceiling():
+    a100 = load_hardware("dgx-a100")            # host CPU AMD: LL across 2 nodes at 22.5 of NCCL's 87.7 GB/s
+    one, two = build_topology(a100, 1), build_topology(a100, 2)
+    assert protocol_terms(one, "LL") == a100.protocols["LL"]
+    assert protocol_terms(two, "LL").channel_GBps == pytest.approx(a100.protocols["LL"].channel_GBps * 22.5 / 87.7)
+    assert protocol_terms(two, "Simple") == a100.protocols["Simple"]

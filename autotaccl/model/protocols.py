@@ -32,6 +32,10 @@ _LL128_CHANNEL = {"volta": 20.0, "ampere": 20.0, "hopper": 36.7, "blackwell": 40
 _SIMPLE_CHANNEL = {"volta": 26.5, "ampere": 24.0, "hopper": 38.7, "blackwell": 70.0}
 _NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.74}
 LL_CHANNELS = 24            # llMaxBws is a total; spread over the 24 channels NCCL opens on NVSwitch machines
+# tuning.cc llMaxBws across nodes: keyed on the host CPU's vendor (rows Intel / AMD), not the GPU, for 2 and
+# for 4 or more nodes (GB/s, a total like the one-node value)
+CPUS = ("intel", "amd")
+_LL_MAX_NET = {"intel": (39.0, 20.4), "amd": (22.5, 19.0)}
 # tuning.cc ring base latencies and per-step latencies (µs) for LL, LL128, Simple
 _BASE = {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}
 _NVLINK_STEP = {"LL": 0.6, "LL128": 1.9, "Simple": 3.4}
@@ -74,13 +78,18 @@ class Nvls:
 class NcclSettings:
     """What stock NCCL does on this machine: its channel count (``n coll channels`` in NCCL's INFO log),
     its send/receive channels per peer, the protocols it enables by default, where the switch supports
-    it NVLS, and the share of the link rate its double binary tree reaches (``tree_efficiency``)."""
+    it NVLS, the share of the link rate its double binary tree reaches (``tree_efficiency``), the host
+    CPU's vendor (``cpu``: across nodes it sets LL's bandwidth ceiling, :func:`ll_scale`), and the time
+    a call costs per channel it runs on (``channel_launch_us``: the host sets up every channel's work
+    and the GPU schedules its thread block, so a call's fixed cost grows with NCCL's channel count)."""
 
     channels: int = 24
     p2p_channels_per_peer: int = 2
     protocols: tuple[str, ...] = PROTOCOLS
     nvls: Nvls | None = None
     tree_efficiency: float = TREE_EFFICIENCY
+    cpu: str = "intel"                    # the host CPU's vendor: NCCL's LL ceiling across nodes depends on it
+    channel_launch_us: float = 0.0        # per call and channel it runs on (its work setup); fitted by calibrate
 
 
 def default_protocols(gpu: str = DEFAULT_GENERATION) -> dict[str, Protocol]:
@@ -89,6 +98,22 @@ def default_protocols(gpu: str = DEFAULT_GENERATION) -> dict[str, Protocol]:
     return {p: Protocol(p, _BASE[p], round(_NVLINK_STEP[p] - _NVLINK_STEP["LL"], 6),
                         round(_NET_STEP[p] - _NET_STEP["LL"], 6), _EFFICIENCY[p], round(channel[p], 6))
             for p in PROTOCOLS}
+
+
+def ll_scale(gpu: str, cpu: str, nodes: int) -> float:
+    """LL's per-channel ceiling on ``nodes`` nodes as a share of its one-node value (``channel_GBps``).
+
+    Across nodes an LL line crosses the NIC through the host's proxy, and tuning.cc caps LL by the CPU
+    vendor and node count instead of the GPU (``llMaxBws``: Intel 39.0 / 20.4, AMD 22.5 / 19.0 GB/s on
+    2 / 4+ nodes, against e.g. Ampere's 87.7 on one node)."""
+    if nodes <= 1:
+        return 1.0
+    return _LL_MAX_NET[cpu][0 if nodes == 2 else 1] / _LL_MAX[gpu]
+
+
+def across_nodes(proto: Protocol, scale: float) -> Protocol:
+    """``proto`` with LL's channel ceiling times ``scale`` (:func:`ll_scale`); other protocols as they are."""
+    return replace(proto, channel_GBps=proto.channel_GBps * scale) if proto.name == "LL" else proto
 
 
 def default_nvls(gpu: str) -> Nvls | None:
@@ -149,7 +174,8 @@ def read_nccl(r, data: Any, gpu: str, has_switch: bool) -> NcclSettings:
     nvls = default_nvls(gpu) if has_switch else None
     if data is None:
         return NcclSettings(nvls=nvls)
-    f = _Fields(r, "nccl", data, ("channels", "p2p_channels_per_peer", "protocols", "nvls", "tree_efficiency"))
+    f = _Fields(r, "nccl", data, ("channels", "p2p_channels_per_peer", "protocols", "nvls", "tree_efficiency", "cpu",
+                                      "channel_launch_us"))
     channels = r.integer(f.spec.get("channels", 24), "nccl.channels", 1, 64)
     per_peer = r.integer(f.spec.get("p2p_channels_per_peer", 2), "nccl.p2p_channels_per_peer", 1, 64)
     protocols = PROTOCOLS
@@ -171,7 +197,10 @@ def read_nccl(r, data: Any, gpu: str, has_switch: bool) -> NcclSettings:
             nvls = Nvls(g.number("efficiency", base.efficiency, allow_zero=False, most=1.0),
                         g.number("latency_us", base.latency_us))
     tree = f.number("tree_efficiency", TREE_EFFICIENCY, allow_zero=False, most=1.0)
-    return NcclSettings(channels, per_peer, protocols, nvls, tree)
+    cpu = f.spec.get("cpu", "intel")
+    if cpu not in CPUS:
+        raise r.fail("nccl.cpu", f"one of: {', '.join(CPUS)}")
+    return NcclSettings(channels, per_peer, protocols, nvls, tree, cpu, f.number("channel_launch_us", 0.0))
 
 
 def protocols_to_dict(protocols: Mapping[str, Protocol]) -> dict:
@@ -181,5 +210,6 @@ def protocols_to_dict(protocols: Mapping[str, Protocol]) -> dict:
 
 def nccl_to_dict(nccl: NcclSettings) -> dict:
     return {"channels": nccl.channels, "p2p_channels_per_peer": nccl.p2p_channels_per_peer,
-            "protocols": list(nccl.protocols), "tree_efficiency": nccl.tree_efficiency,
+            "protocols": list(nccl.protocols), "tree_efficiency": nccl.tree_efficiency, "cpu": nccl.cpu,
+            "channel_launch_us": nccl.channel_launch_us,
             "nvls": False if nccl.nvls is None else {"efficiency": nccl.nvls.efficiency, "latency_us": nccl.nvls.latency_us}}

@@ -10,6 +10,7 @@ from autotaccl.errors import InputError
 from autotaccl.model.hardware import (RailNetwork, available_profiles, load_hardware, profile_from_dict,
                                       profile_to_dict, taccl_cost_scale)
 from autotaccl.model.topology import build_topology
+from autotaccl.model.protocols import ll_scale
 
 SHIPPED = ["dgx-a100", "dgx-b200", "dgx-h100", "dgx-h100-rail", "dgx2", "fully-connected", "gb200-nvl72", "ndv2",
            "ring", "torus2d"]
@@ -297,3 +298,15 @@ def test_protocol_defaults_follow_the_gpu_generation():
                                  "links": {"class": "l", "pairs": [[0, 1, 1]]},
                                  "protocols": {"LL": {"launch_us": 3.0}}}, "<p>")
     assert partial.protocols["LL"].launch_us == 3.0 and partial.protocols["LL"].channel_GBps == 141.0 / 24
+
+
+def test_lls_ceiling_across_nodes_follows_the_host_cpu_and_node_count():
+    # tuning.cc llMaxBws: one node by GPU generation, 2 and 4+ nodes by the CPU vendor
+    assert ll_scale("ampere", "amd", 1) == 1.0
+    assert ll_scale("ampere", "amd", 2) == pytest.approx(22.5 / 87.7)
+    assert ll_scale("ampere", "intel", 2) == pytest.approx(39.0 / 87.7)
+    assert ll_scale("hopper", "amd", 4) == ll_scale("hopper", "amd", 10) == pytest.approx(19.0 / 141.0)
+    assert load_hardware("dgx-a100").nccl.cpu == "amd" and load_hardware("dgx-h100").nccl.cpu == "intel"
+    with pytest.raises(InputError, match="nccl.cpu.*one of: intel, amd"):
+        profile_from_dict({"name": "p", "gpus_per_node": 2, "link_classes": {"l": {"alpha_us": 1, "bandwidth_GBps": 10}},
+                           "links": {"class": "l", "pairs": [[0, 1, 1]]}, "nccl": {"cpu": "arm"}}, "<p>")

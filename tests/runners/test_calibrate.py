@@ -60,6 +60,19 @@ def test_a_simulated_table_is_fitted_back_within_5_percent(tmp_path, capsys):
     assert main(["topo", "show", "--hardware", str(out)]) == 0
 
 
+def test_a_per_channel_launch_cost_is_fitted_back(tmp_path, capsys):
+    # NCCL runs small calls on fewer channels: a cost per channel is told apart from one per call
+    data = profile_to_dict(truth(tmp_path))
+    data["nccl"]["channel_launch_us"] = 1.5
+    (tmp_path / "ar.txt").write_text(table_text(profile_from_dict(data, "<truth>"), "allreduce", ["ring"]))
+    out = tmp_path / "fitted.yaml"
+    assert main(["calibrate", str(tmp_path / "ar.txt"), "--hardware", "dgx-a100", "--algorithm", "ring",
+                 "-o", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["accepted"] and report["stage"] == 2 and abs(report["worst_residual"]) < 0.05
+    assert load_hardware(out).nccl.channel_launch_us == pytest.approx(1.5, rel=0.05)
+
+
 @pytest.mark.slow
 def test_fitted_profile_reproduces_a_measured_table(tmp_path, capsys):
     out = tmp_path / "h100.yaml"
