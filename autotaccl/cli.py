@@ -4,8 +4,8 @@ Each command module defines ``register(subparsers)``, which adds its parser and 
 function taking the parsed arguments and returning an exit status. Bad input (an
 :class:`~autotaccl.errors.InputError`) becomes one line on stderr and exit status 2; a bad argument the
 library names by its parameter (:class:`~autotaccl.errors.ParameterError`) is named by the flag that set it.
-A failure of the environment (a full disk, an I/O error: ``errors.environment_problem``) is one line and
-exit status 1; Ctrl-C is one line and 130.
+A failure of the environment (a full disk, an I/O error) is one line and exit status 1; Ctrl-C is one
+line and 130 (``errors.stop_status``).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import sys
 from typing import Sequence
 
 from . import commands
-from .errors import InfeasibleError, InputError, ParameterError, environment_problem, interrupted
+from .errors import InfeasibleError, InputError, ParameterError, stop_status
 
 # library parameters whose command-line option has another name (``dest``); every other parameter is
 # its option's dest (``trials`` -> --trials, ``time_limit`` -> --time-limit)
@@ -90,14 +90,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except (KeyboardInterrupt, Exception) as err:   # Ctrl-C; a full disk, an I/O error: said in one line
-        if interrupted(err):
-            print("autotaccl: interrupted", file=sys.stderr)
-            return 130
-        problem = environment_problem(err)
-        if problem is None:
+        stop = stop_status(err)
+        if stop is None:
             raise
-        print(f"autotaccl: error: {problem}", file=sys.stderr)
-        return 1
+        status, text = stop
+        print(f"autotaccl: {text}" if status == 130 else f"autotaccl: error: {text}", file=sys.stderr)
+        return status
 
 
 if __name__ == "__main__":

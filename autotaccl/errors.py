@@ -80,8 +80,15 @@ def environment_problem(err: BaseException) -> str | None:
             return str(e)
         if isinstance(e, OSError) and e.errno in ENVIRONMENT_ERRNOS:
             return f"{e.strerror or os.strerror(e.errno)}" + (f": {e.filename}" if e.filename else "")
-        text = str(e).lower()
-        found = next((t for t in _ENVIRONMENT_TEXTS if t in text), None)
-        if found:
+        if any(t in str(e).lower() for t in _ENVIRONMENT_TEXTS):
             return str(e).splitlines()[0][:300]
     return None
+
+
+def stop_status(err: BaseException) -> tuple[int, str] | None:
+    """How a run that ``err`` stopped ends when ``err`` is no bug: Ctrl-C is (130, "interrupted"), an
+    environment failure (1, what failed); anything else is None (a bug: its traceback is shown)."""
+    if interrupted(err):
+        return 130, "interrupted"
+    problem = environment_problem(err)
+    return None if problem is None else (1, problem)

@@ -80,8 +80,8 @@ def pytest_collection_modifyitems(items) -> None:
     for item in items:
         if "postgres" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.postgres)
-        kinds = [kind for kind in KINDS if item.get_closest_marker(kind)]
-        if kinds:
+        if any(item.get_closest_marker(kind) for kind in KINDS):
             item.add_marker(pytest.mark.slow)
-        if kinds and kinds[0] in ("mpi", "postgres"):
-            item.add_marker(pytest.mark.xdist_group(kinds[0]))
+        group = next((kind for kind in ("mpi", "postgres") if item.get_closest_marker(kind)), None)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))

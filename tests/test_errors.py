@@ -1,7 +1,7 @@
 """errors: what counts as Ctrl-C and as the environment's failure, through chained exceptions."""
 import errno
 
-from autotaccl.errors import environment_problem, interrupted
+from autotaccl.errors import environment_problem, interrupted, stop_status
 
 
 def _raised_while_handling(first: BaseException, second: BaseException) -> BaseException:
@@ -28,3 +28,9 @@ def test_environment_problem_is_found_in_the_chain_and_cycles_end():
     a, b = RuntimeError("a"), RuntimeError("b")
     a.__context__, b.__context__ = b, a
     assert environment_problem(a) is None and not interrupted(a)
+
+
+def test_stop_status_says_how_a_run_ends_and_leaves_bugs_alone():
+    assert stop_status(_raised_while_handling(KeyboardInterrupt(), UnboundLocalError("x"))) == (130, "interrupted")
+    assert stop_status(OSError(28, "No space left on device")) == (1, "No space left on device")
+    assert stop_status(ValueError("a bug")) is None

@@ -31,7 +31,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import FrozenTrial, TrialState
 
 from .. import tracking
-from ..errors import EnvironmentFailure, InputError, environment_problem
+from ..errors import EnvironmentFailure, InputError, environment_problem, interrupted
 from ..tracking import outbox
 from . import heartbeat, locks
 from .internals import reseed, stopped, storage, trial_id
@@ -89,10 +89,10 @@ def run_trials(config, study: optuna.Study, objective, counted: Callable[[Frozen
         except InputError as err:          # bad runner options: the sweep stops, the configuration is not to blame
             _stop(client, config, trial, f"stopped by bad input ({err})")
             raise
-        except KeyboardInterrupt:
-            _stop(client, config, trial, "interrupted (SIGINT, Ctrl-C)")
-            raise
-        except Exception as err:
+        except (KeyboardInterrupt, Exception) as err:
+            if interrupted(err):            # also an error a library raised while it handled Ctrl-C
+                _stop(client, config, trial, "interrupted (SIGINT, Ctrl-C)")
+                raise
             problem = environment_problem(err)
             if problem:
                 _stop(client, config, trial, f"environment failure: {problem}")

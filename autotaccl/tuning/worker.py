@@ -23,15 +23,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(Path(args.config), args.n_trials)
     except (KeyboardInterrupt, Exception) as err:
-        from ..errors import environment_problem, interrupted
+        from ..errors import stop_status
 
-        if interrupted(err):
-            return 130
-        problem = environment_problem(err)
-        if problem is None:
+        stop = stop_status(err)
+        if stop is None:
             raise
-        logging.getLogger(__name__).error("%s", problem)
-        return 1
+        if stop[0] != 130:                  # Ctrl-C: the driver says it, once
+            logging.getLogger(__name__).error("%s", stop[1])
+        return stop[0]
 
 
 def _run(config_path: Path, n_trials: int) -> int:
