@@ -123,7 +123,10 @@ def run_trials(config, study: optuna.Study, objective, counted: Callable[[Frozen
                 continue
             try:
                 study.optimize(admitted, n_trials=1, catch=(*failed_catch, _Failed), gc_after_trial=False)
-            except optuna.exceptions.UpdateFinishedTrialError as err:
+            except (optuna.exceptions.UpdateFinishedTrialError, ValueError) as err:
+                # a reaper failed this worker's trial meanwhile: Optuna's tell says so with a ValueError
+                if isinstance(err, ValueError) and not str(err).startswith("Cannot tell a "):
+                    raise
                 log.warning("a trial of this worker was failed by another worker's reaper meanwhile: %s", err)
             ran += 1
             if after_trial is not None:
