@@ -4,7 +4,8 @@ How the greedy engine picks among its variants, the MILP engine between its sche
 one, and ``best_baseline`` among the baselines. Candidates are taken in order and a later one
 replaces the best so far only when it is faster by the caller's margin, so ties keep the earlier
 candidate. A simulator fault on one candidate must not sink the choice: it is logged and that
-candidate skipped.
+candidate skipped. A candidate whose floor (``simulate.floor_us``, a lower bound for a fraction of a
+simulation's cost) already cannot replace the best so far is not simulated: the choice is the same.
 
 ``attainable_us`` and ``share_of_bound`` say how close a candidate is to the best any algorithm could
 do in the simulator: a candidate at the bound needs no search for a faster one.
@@ -20,7 +21,7 @@ import networkx as nx
 
 from .bounds import bound_time_us, bounds
 from .model.algorithm import Algorithm
-from .simulate import SimResult, link_efficiency, protocol_terms, simulate
+from .simulate import SimResult, floor_us, link_efficiency, protocol_terms, simulate
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,8 @@ class Candidate:
 @dataclass(frozen=True)
 class Timed:
     candidate: Candidate
-    result: SimResult | None        # None: the simulator failed on it
+    result: SimResult | None        # None: the simulator failed on it, or it was pruned
+    floor_us: float | None = None   # pruned: not simulated, its floor could not beat the best so far
 
     @property
     def time_us(self) -> float:
@@ -44,15 +46,22 @@ class Timed:
 
 
 def fastest(candidates: Iterable[Candidate], graph: nx.DiGraph, size: int, *, margin: float = 0.0,
-            margin_us: float = 0.0) -> tuple[Timed | None, list[Timed]]:
+            margin_us: float = 0.0, prune: bool = True) -> tuple[Timed | None, list[Timed]]:
     """The fastest candidate at ``size`` bytes (None if the simulator timed none) and every timing, in order.
 
     A candidate replaces the best so far when its handicapped time is below ``best * (1 - margin) - margin_us``.
+    ``prune``: skip the simulation of a candidate whose floor is not below that.
     """
     best: tuple[float, Timed] | None = None
     timings = []
     for candidate in candidates:
         try:
+            if prune and best is not None:
+                floor = floor_us(candidate.algorithm, graph, size) * (1 + candidate.handicap)
+                if floor * (1 - 1e-9) >= best[0] * (1 - margin) - margin_us:
+                    timings.append(Timed(candidate, None, floor))
+                    log.debug("%s: at least %.3f us, not simulated", candidate.label, floor)
+                    continue
             timed = Timed(candidate, simulate(candidate.algorithm, graph, size))
         except RuntimeError as err:
             log.warning("the simulator failed on %s (%s); candidate skipped", candidate.label, err)

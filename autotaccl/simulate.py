@@ -98,6 +98,27 @@ def simulate(algorithm: Algorithm, graph: nx.DiGraph, size: int, protocol: str |
     return _run(_plan(algorithm, graph, protocol, instances), algorithm, size)
 
 
+def floor_us(algorithm: Algorithm, graph: nx.DiGraph, size: int, protocol: str | None = None,
+             instances: int = 1) -> float:
+    """A lower bound on :func:`simulate`'s time, for a fraction of its cost: launch + the largest of the
+    longest dependency chain (each transfer's latency and its bytes at its solo rate), the busiest arc's
+    bytes at its full share and the busiest connection's bytes at its transfers' solo rates."""
+    plan = _plan(algorithm, graph, protocol, instances)
+    nbytes, k = _pieces(plan, algorithm, size)
+    solo, deps = _solo(plan), _dependencies(algorithm.transfers)
+    chain = [0.0] * len(nbytes)
+    arc_bytes = [0.0] * len(plan.share)
+    conn_us = [0.0] * plan.num_conns
+    for i, b in enumerate(nbytes):
+        own = b / solo[i]
+        chain[i] = plan.alpha_us[i] + own + max((chain[d] for d in deps[i]), default=0.0)
+        conn_us[plan.conn[i]] += k * own
+        for a in plan.arcs[i]:
+            arc_bytes[a] += k * b
+    arcs = max((b / s for b, s in zip(arc_bytes, plan.share)), default=0.0)
+    return plan.launch_us + max(max(chain), arcs, max(conn_us))
+
+
 def simulate_sizes(algorithm: Algorithm, graph: nx.DiGraph, sizes: Iterable[int], protocol: str | None = None,
                    instances: int = 1) -> list[SimResult]:
     plan = _plan(algorithm, graph, protocol, instances)
@@ -165,14 +186,24 @@ def _plan(algorithm: Algorithm, graph: nx.DiGraph, protocol: str | None = None, 
 
 def _run(plan: _Plan, algorithm: Algorithm, size: int) -> SimResult:
     collective = algorithm.collective
-    if size <= 0 or not plan.deps:
-        raise ValueError("simulate needs a positive size and at least one transfer")
-    chunk = collective.chunk_bytes(size) / plan.instances     # per instance copy
-    k = rounds(chunk)
-    piece = chunk / k
-    time_us = plan.launch_us + _fluid(plan, [c * piece for c in plan.chunks], k)
+    nbytes, k = _pieces(plan, algorithm, size)
+    time_us = plan.launch_us + _fluid(plan, nbytes, k)
     algbw = size / time_us / 1e3
     return SimResult(size, time_us, algbw, algbw * collective.busbw_factor)
+
+
+def _pieces(plan: _Plan, algorithm: Algorithm, size: int) -> tuple[list[float], int]:
+    """Per instance copy at ``size``: each transfer's bytes per round, and the rounds."""
+    if size <= 0 or not plan.deps:
+        raise ValueError("simulate needs a positive size and at least one transfer")
+    chunk = algorithm.collective.chunk_bytes(size) / plan.instances
+    k = rounds(chunk)
+    return [c * chunk / k for c in plan.chunks], k
+
+
+def _solo(plan: _Plan) -> list[float]:
+    """Each transfer's rate when it moves alone: its narrowest arc's share, at most the channel ceiling."""
+    return [min(plan.ceiling, min(plan.share[a] for a in held)) for held in plan.arcs]
 
 
 def _fluid(plan: _Plan, nbytes: list[float], k: int) -> float:
@@ -188,7 +219,7 @@ def _fluid(plan: _Plan, nbytes: list[float], k: int) -> float:
     n = len(nbytes)
     deps, dependents, conn_of, arcs_of, alpha = plan.deps, plan.dependents, plan.conn, plan.arcs, plan.alpha_us
     share, ceiling = plan.share, plan.ceiling
-    solo = [min(ceiling, min(share[a] for a in held)) for held in arcs_of]
+    solo = _solo(plan)
     heappush, heappop = heapq.heappush, heapq.heappop
     total = n * k
     pending = list(deps) * k
@@ -388,4 +419,4 @@ def estimate(algorithm: Algorithm, graph: nx.DiGraph, size: float, protocol: str
 
 
 __all__ = ["DEFAULT_PROTOCOL", "MAX_ROUNDS", "PROTOCOLS", "ROUND_BYTES", "Costs", "SimResult", "algorithm_costs",
-           "estimate", "link_efficiency", "protocol_terms", "rounds", "simulate", "simulate_sizes"]
+           "estimate", "floor_us", "link_efficiency", "protocol_terms", "rounds", "simulate", "simulate_sizes"]

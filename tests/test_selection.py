@@ -82,3 +82,27 @@ def test_no_baseline_beats_the_attainable_bound(ndv2, name):
         assert attainable_us(ndv2, "allgather", size) == pytest.approx(share * simulate(algorithm, ndv2, size).time_us)
     # the launch and the protocol's efficiency are in it: above the raw bound at every size
     assert attainable_us(ndv2, "allgather", 1 << 30) > bound_time_us(bounds(ndv2, "allgather"), 1 << 30)
+
+
+def test_a_candidate_whose_floor_cannot_win_is_not_simulated(ndv2, pair):
+    slow, fast, _, t_fast = pair
+    best, timings = fastest([Candidate(fast, "fast"), Candidate(slow, "slow", handicap=10.0)], ndv2, SIZE)
+    assert best.candidate.label == "fast"
+    assert timings[1].result is None and timings[1].floor_us >= t_fast
+    _, unpruned = fastest([Candidate(fast, "fast"), Candidate(slow, "slow", handicap=10.0)], ndv2, SIZE, prune=False)
+    assert unpruned[1].result is not None and unpruned[1].floor_us is None
+
+
+@pytest.mark.parametrize("size", [1 << 10, SIZE, 1 << 30])
+def test_pruning_keeps_the_greedy_engines_choice(size):
+    from autotaccl.sketch import default_sketch
+    from autotaccl.sketch.logical import logical_topology
+    from autotaccl.synth.greedy.select import candidates
+
+    graph = build_topology(load_hardware("ndv2"), 2)
+    lt = logical_topology(graph, "allgather", default_sketch(graph, "allgather"), size)
+    pool = list(candidates(lt))
+    pruned, timings = fastest(pool, graph, size)
+    full, _ = fastest(pool, graph, size, prune=False)
+    assert pruned.candidate.label == full.candidate.label and pruned.time_us == full.time_us
+    assert any(t.floor_us is not None for t in timings)

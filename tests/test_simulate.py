@@ -11,7 +11,7 @@ from autotaccl.model.algorithm import Algorithm, Transfer
 from autotaccl.model.collectives import NAMES, Collective
 from autotaccl.model.hardware import load_hardware, profile_from_dict
 from autotaccl.model.topology import build_topology
-from autotaccl.simulate import (MAX_ROUNDS, ROUND_BYTES, _fluid, _plan, estimate, protocol_terms, rounds, simulate,
+from autotaccl.simulate import (MAX_ROUNDS, ROUND_BYTES, _fluid, _plan, estimate, floor_us, protocol_terms, rounds, simulate,
                                 simulate_sizes)
 
 ALPHA, BW = 0.7, 25.0          # NVLink class of the hand-built ring (µs, GB/s)
@@ -291,6 +291,22 @@ def test_event_loop_equals_brute_force_on_random_contended_algorithms():
         # few distinct sizes, so that many transfers start and finish at the same instant
         nbytes = [c * rng.choice([1000.0, 4000.0]) for c in plan.chunks]
         assert _fluid(plan, nbytes, k) == pytest.approx(brute_force(plan, nbytes, k), rel=1e-9)
+
+
+def test_the_floor_never_exceeds_the_simulated_time_and_is_reached_where_nothing_overlaps():
+    graph = ring4(nodes=2, far=True)
+    rng = random.Random(11)
+    tight = 0
+    for _ in range(250):
+        algorithm = random_algorithm(graph, rng, rng.randint(1, 20))
+        protocol, instances, size = rng.choice(["LL", "LL128", "Simple"]), rng.randint(1, 3), rng.choice([1 << 12, 1 << 26])
+        floor, time_us = floor_us(algorithm, graph, size, protocol, instances), simulate(algorithm, graph, size, protocol,
+                                                                                        instances).time_us
+        assert floor <= time_us * (1 + 1e-12)
+        tight += floor == pytest.approx(time_us, rel=1e-9)
+    assert tight > 0
+    one = algo("allgather", 4, [((0,), 0, 1, 0)])   # one transfer alone: latency + bytes at its rate
+    assert floor_us(one, ring4(), 1 << 20) == pytest.approx(simulate(one, ring4(), 1 << 20).time_us, rel=1e-12)
 
 
 def test_contended_direct_alltoall_equals_brute_force():
