@@ -51,7 +51,7 @@ def reverse_gather(transfers: Sequence[Transfer], ends: Sequence[float]) -> list
     ``makespan - ends[i]`` (the makespan being the last end); steps are left at 0 for the caller.
     """
     makespan = max(ends, default=0.0)
-    return [Transfer(t.chunks, t.dst, t.src, 0, "reduce", t.link, max(0.0, makespan - end))
+    return [Transfer(t.chunks, t.dst, t.src, 0, "reduce", t.link, max(0.0, makespan - end), t.channel)
             for t, end in zip(reversed(transfers), reversed(ends))]
 
 

@@ -7,6 +7,8 @@ ReduceScatter runs the AllGather with the same chunk numbering (chunk ``c`` root
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...model.algorithm import Algorithm, Transfer, verify
 from ...model.dependencies import transfer_dependencies
 from ...sketch.logical import LogicalTopology
@@ -90,4 +92,4 @@ def time_steps(transfers: list[Transfer]) -> tuple[Transfer, ...]:
 
 
 def _with_step(t: Transfer, step: int) -> Transfer:
-    return Transfer(t.chunks, t.src, t.dst, step, t.op, t.link, t.start_us)
+    return replace(t, step=step)

@@ -8,6 +8,7 @@ from typing import Iterator
 from ...model.algorithm import Algorithm, verify
 from ...selection import Candidate, fastest
 from ...sketch.logical import LogicalTopology
+from .forest import forest
 from .schedule import greedy_schedule, time_steps
 from .strategies import STRATEGIES
 from .strategy import BIG, NotApplicable
@@ -24,8 +25,9 @@ def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | 
     ``batching`` (the sketch's contiguity) lets a routed transfer carry several chunks, at most ``window``
     (default: no cap; a cap of 6, TACCL's window, costs up to 4x at 1 KiB on AllToAll). The blocks of the
     structured strategies are never capped. Every strategy is tried (with and without batching, when it
-    routes), each schedule in two list orders, then every baseline the sketch admits, so the engine never
-    returns something slower than one of them.
+    routes), each schedule in two list orders, then the packing of optimal trees (:mod:`.forest`, for
+    AllGather and its reductions), then every baseline the sketch admits, so the engine never returns
+    something slower than one of them.
     """
     best, _ = fastest(candidates(lt, batching, window), lt.graph, size, margin_us=EPS)
     if best is None:
@@ -51,6 +53,10 @@ def candidates(lt: LogicalTopology, batching: bool = True, window: int | None = 
                             metadata={**algorithm.metadata, "order": "start"})
             yield Candidate(algorithm, f"greedy {name} batching={batch} order=depth")
             yield Candidate(timed, f"greedy {name} batching={batch} order=start", START_ORDER_HANDICAP)
+    try:
+        yield Candidate(forest(lt), "greedy trees")
+    except NotApplicable as why:
+        log.debug("greedy trees: %s", why)
     for algorithm in sketch_baselines(lt):
         yield Candidate(algorithm, f"greedy {algorithm.metadata['strategy']}")
 

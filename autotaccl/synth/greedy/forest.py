@@ -1,0 +1,117 @@
+"""The tree-packing candidate of the greedy engine: the optimal trees (:mod:`autotaccl.synth.packing`) as a
+pipelined schedule, what reaches the bandwidth bound at large sizes on switched fabrics.
+
+Each root's buffer is cut into ``chunkup`` pieces, handed to its trees in proportion to their
+weights (largest remainder) and interleaved, so every tree sends all the time. Piece ``j`` of every
+root runs down its tree, parents first; the list goes piece by piece, so the simulator's priorities
+(and a runtime's program order) pipeline the pieces along every tree. Pieces take turns over
+``channels`` channels, enough that the per-channel ceiling (one thread block) does not cap an arc.
+
+ReduceScatter is the AllGather of the reversed packing run backwards, AllReduce that followed by the
+forward AllGather (:mod:`autotaccl.synth.reductions`). The trees use only the sketch's links and
+leave each root's node only through its senders. AllToAll and Broadcast get no candidate here.
+"""
+from __future__ import annotations
+
+import math
+from ...model.algorithm import Algorithm, Transfer, verify
+from ...model.collectives import Collective
+from ...model.topology import fingerprint
+from ...simulate import link_efficiency, protocol_terms
+from ...sketch.logical import LogicalTopology
+from ..packing import Packing, Tree, pack_trees
+from ..reductions import reverse_gather, sequence
+from .schedule import assign_steps
+from .strategy import NotApplicable
+
+MAX_TRANSFERS = 100_000    # pieces x tree edges: what the simulator replays in about a second
+MAX_PIECES = 64            # per root (the sketch's chunk-up limit)
+MIN_PIECE_BYTES = 256 << 10   # smaller pieces pay more latency than their pipelining saves
+MAX_CHANNELS = 8
+_CACHE: dict[tuple, Packing] = {}
+
+
+def forest(lt: LogicalTopology) -> Algorithm:
+    """The tree-packing schedule of AllGather, ReduceScatter or AllReduce on ``lt``, cut for the size it
+    targets (``lt.chunk_bytes``), verified."""
+    coll = lt.collective
+    if coll.name not in ("allgather", "reducescatter", "allreduce"):
+        raise NotApplicable(f"tree packing builds AllGather and its reductions, not {coll.name}")
+    ranks = coll.ranks
+    halves = {"allgather": (False,), "reducescatter": (True,), "allreduce": (True, False)}[coll.name]
+    packs = [packing(lt, reverse) for reverse in halves]
+    nchannels = max(channels(lt, p, reverse) for p, reverse in zip(packs, halves))
+    per_root = lt.chunk_bytes * coll.chunkup
+    pieces = cut(ranks, per_root, nchannels)
+    lowered = [lower(p.trees, ranks, pieces, nchannels) for p in packs]
+    if coll.is_reduction:         # the ReduceScatter: the reversed packing's AllGather run backwards
+        lowered[0] = reverse_gather(lowered[0], [0.0] * len(lowered[0]))
+    transfers = lowered[0] if len(lowered) == 1 else list(sequence(lowered[0], lowered[1], 0.0))
+    name = f"{coll.name}-{lt.graph.graph.get('name', 'topology')}-greedy"
+    algorithm = Algorithm(name, Collective(coll.name, ranks, pieces * nchannels), assign_steps(list(transfers)),
+                          lt.graph.graph.get("name", ""),
+                          {"engine": "greedy", "strategy": "trees", "batching": False, "order": "depth",
+                           "chunk_bytes": per_root / (pieces * nchannels),
+                           "pieces": pieces, "channels": nchannels})
+    verify(algorithm, lt.graph)
+    return algorithm
+
+
+def cut(ranks: int, per_root_bytes: float, nchannels: int) -> int:
+    """Pieces per root: as many as the transfer budget and the least useful piece size allow."""
+    transfers = ranks * (ranks - 1) * nchannels
+    pieces = min(MAX_PIECES, MAX_TRANSFERS // transfers, int(per_root_bytes // (MIN_PIECE_BYTES * nchannels)))
+    return max(1, pieces)
+
+
+def packing(lt: LogicalTopology, reverse: bool) -> Packing:
+    """The optimal packing over the sketch's links (cached per topology, links, senders and direction)."""
+    k = lt.collective.chunkup
+    senders = {}
+    for r in range(lt.collective.ranks):
+        sets = [lt.senders[c] for c in range(r * k, r * k + k) if c in lt.senders]
+        if sets:
+            senders[r] = frozenset.intersection(*sets)
+    key = (fingerprint(lt.graph), lt.edges, tuple(sorted(senders.items())), reverse)
+    if key not in _CACHE:
+        try:
+            _CACHE[key] = pack_trees(lt.graph, sorted(lt.edges), reverse, senders, link_efficiency(lt.graph))
+        except ValueError as err:     # some rank unreachable over these links
+            raise NotApplicable(str(err)) from None
+    return _CACHE[key]
+
+
+def channels(lt: LogicalTopology, pack: Packing, reverse: bool = False) -> int:
+    """Channels enough that the busiest link moves its share of the trees in the packing's time at one
+    thread block (``channel_GBps``) per channel."""
+    ceiling = protocol_terms(lt.graph).channel_GBps
+    load: dict = {}
+    for t in pack.trees:
+        for e in t.edges:
+            load[e] = load.get(e, 0.0) + t.weight
+    return min(MAX_CHANNELS, max(1, math.ceil(max(load.values()) / (pack.ratio * ceiling) - 1e-9)))
+
+
+def lower(trees: tuple[Tree, ...], ranks: int, pieces: int, nchannels: int) -> list[Transfer]:
+    """Copies of every piece down its tree, piece by piece; a piece is ``nchannels`` chunks moving side by
+    side, one per channel (chunk ``(r * pieces + j) * nchannels + c``: part ``c`` of piece ``j`` of root ``r``)."""
+    by_root: dict[int, list[Tree]] = {}
+    for t in trees:
+        by_root.setdefault(t.root, []).append(t)
+    order = {r: interleave(ts, pieces) for r, ts in by_root.items()}
+    out = []
+    for j in range(pieces):
+        for r in range(ranks):
+            first = (r * pieces + j) * nchannels
+            out.extend(Transfer((first + c,), u, v, 0, channel=c) for u, v in order[r][j].edges for c in range(nchannels))
+    return out
+
+
+def interleave(trees: list[Tree], pieces: int) -> list[Tree]:
+    """The tree of each piece: counts by largest remainder of ``weight * pieces``, spread evenly over the pieces."""
+    exact = [t.weight * pieces for t in trees]
+    counts = [int(x) for x in exact]
+    for i in sorted(range(len(trees)), key=lambda i: counts[i] - exact[i])[:pieces - sum(counts)]:
+        counts[i] += 1
+    slots = sorted(((n + 0.5) / c, i) for i, c in enumerate(counts) for n in range(c))
+    return [trees[i] for _, i in slots]

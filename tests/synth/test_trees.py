@@ -1,0 +1,122 @@
+"""The tree-packing candidate: optimal spanning out-trees from the AllGather bound, lowered as a pipelined schedule."""
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from autotaccl.bounds import gather_ratio
+from autotaccl.model.algorithm import verify
+from autotaccl.selection import attainable_us, fastest
+from autotaccl.simulate import simulate
+from autotaccl.sketch import default_sketch, logical_topology
+from autotaccl.synth.greedy.forest import forest
+from autotaccl.synth.greedy.select import candidates, greedy
+from autotaccl.synth.packing import _arborescence, pack_trees
+
+K, G = 1 << 10, 1 << 30
+
+# 2 nodes x 2 GPUs on a switch (100 GB/s per GPU and direction), one 10 GB/s NIC per GPU. By hand: a
+# node receives the other node's 2 units through 2 x 10 GB/s, x* = 2 / 20 = 0.1 (a single GPU's cut,
+# 3 / 110, is looser), so at the bound every network arc carries exactly 1 unit.
+SWITCHED_PAIR = {
+    "name": "switched-pair", "gpus_per_node": 2,
+    "link_classes": {"sw": {"alpha_us": 0.7, "bandwidth_GBps": 100.0}, "pcie": {"alpha_us": 0.5, "bandwidth_GBps": 50.0},
+                     "ib": {"alpha_us": 2.6, "bandwidth_GBps": 10.0}},
+    "switches": [{"class": "sw", "gpus": [0, 1]}],
+    "nics": [{"class": "ib", "via": "pcie", "gpus": [0]}, {"class": "ib", "via": "pcie", "gpus": [1]}],
+}
+
+
+def spans(root: int, edges, ranks: int) -> bool:
+    """``edges`` form an out-tree of ``root`` reaching every rank, parents listed before children."""
+    reached = {root}
+    for u, v in edges:
+        if u not in reached or v in reached:
+            return False
+        reached.add(v)
+    return len(reached) == ranks
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_the_trees_meet_the_hand_computed_bound_and_stay_within_capacity(topo, reverse):
+    g = topo(SWITCHED_PAIR, 2)
+    cap = g.graph["capacity"]
+    assert gather_ratio(cap, list(g.nodes)) == pytest.approx(0.1)
+    packing = pack_trees(g, sorted(g.edges), reverse=reverse)
+    assert packing.ratio == pytest.approx(0.1)
+    weights: dict[int, float] = {}
+    loads: dict = {}
+    for t in packing.trees:
+        assert spans(t.root, t.edges, 4)
+        weights[t.root] = weights.get(t.root, 0.0) + t.weight
+        for u, v in t.edges:        # a reversed tree edge runs on the link against it
+            for arc in g.edges[(v, u) if reverse else (u, v)]["resources"]:
+                loads[arc] = loads.get(arc, 0.0) + t.weight
+    assert weights == pytest.approx({r: 1.0 for r in range(4)})
+    for arc, load in loads.items():
+        assert load <= 0.1 * cap.edges[arc]["capacity"] + 1e-9, arc
+    network = [arc for arc in cap.edges if "net" in arc]
+    assert len(network) == 8 and all(loads[arc] == pytest.approx(1.0) for arc in network)
+
+
+def test_edmonds_on_a_cycle_matches_networkx():
+    # the cheapest in-edges of 1, 2, 3 form the cycle 1 -> 2 -> 3 -> 1; the root 0 must break into it
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        w = rng.uniform(1, 10, (6, 6))
+        w[rng.uniform(size=(6, 6)) < 0.3] = np.inf
+        w[0, 1] = 50.0                  # the root reaches everyone, but dearly
+        w[1, 2] = w[2, 3] = w[3, 1] = 0.1
+        w[0, 4] = w[4, 5] = 1.0
+        parent = _arborescence(w, 0)
+        ours = sum(w[parent[v], v] for v in range(1, 6))
+        g = nx.DiGraph()
+        g.add_weighted_edges_from((u, v, w[u, v]) for u in range(6) for v in range(1, 6) if u != v and np.isfinite(w[u, v]))
+        theirs = nx.minimum_spanning_arborescence(g).size(weight="weight")
+        assert ours == pytest.approx(theirs)
+        reached, todo = {0}, [0]          # and it is a tree: every vertex hangs off the root
+        while todo:
+            u = todo.pop()
+            for v in range(6):
+                if parent[v] == u and v not in reached:
+                    reached.add(v)
+                    todo.append(v)
+        assert reached == set(range(6))
+
+
+@pytest.mark.parametrize("collective", ["allgather", "reducescatter", "allreduce"])
+def test_the_schedule_verifies_and_reaches_the_attainable_bound_at_1g(topo, collective):
+    g = topo(SWITCHED_PAIR, 2)
+    lt = logical_topology(g, collective, default_sketch(g, collective), G)
+    algorithm = forest(lt)
+    verify(algorithm, g)
+    assert algorithm.metadata["strategy"] == "trees"
+    assert simulate(algorithm, g, G).time_us <= attainable_us(g, collective, G) / 0.97
+
+
+def test_the_schedule_verifies_on_a_dgx2(topo):
+    g = topo("dgx2", 1)
+    lt = logical_topology(g, "allreduce", default_sketch(g, "allreduce"), 1 << 26)
+    algorithm = forest(lt)
+    verify(algorithm, g)
+    # the buffer is cut into pieces (4 MiB per rank: 16 of 256 KiB), each part moving on its own channel
+    assert algorithm.metadata["pieces"] * algorithm.metadata["channels"] == 16
+    assert algorithm.collective.chunkup == 16
+
+
+def test_the_selection_picks_the_trees_at_1g_and_not_where_they_are_slower(topo):
+    g = topo(SWITCHED_PAIR, 2)
+    lt = logical_topology(g, "reducescatter", default_sketch(g, "reducescatter"), G)
+    assert greedy(lt, G).metadata["strategy"] == "trees"
+    lt = logical_topology(g, "reducescatter", default_sketch(g, "reducescatter"), K)
+    best, timings = fastest(candidates(lt), g, K)
+    trees = next(t for t in timings if t.candidate.label == "greedy trees")
+    assert best.time_us < trees.time_us
+    assert greedy(lt, K).metadata["strategy"] != "trees"
+
+
+def test_no_trees_for_alltoall(topo):
+    g = topo(SWITCHED_PAIR, 2)
+    lt = logical_topology(g, "alltoall", default_sketch(g, "alltoall"), G)
+    assert "greedy trees" not in [c.label for c in candidates(lt)]
