@@ -1,11 +1,13 @@
 """The tree-packing candidate of the greedy engine: the optimal trees (:mod:`autotaccl.synth.packing`) as a
 pipelined schedule, what reaches the bandwidth bound at large sizes on switched fabrics.
 
-Each root's buffer is cut into ``chunkup`` pieces, handed to its trees in proportion to their
-weights (largest remainder) and interleaved, so every tree sends all the time. Piece ``j`` of every
-root runs down its tree, parents first; the list goes piece by piece, so the simulator's priorities
-(and a runtime's program order) pipeline the pieces along every tree. Pieces take turns over
-``channels`` channels, enough that the per-channel ceiling (one thread block) does not cap an arc.
+Each root's buffer is cut into pieces (as many as a transfer budget allows, none below 256 KiB),
+handed to its trees in proportion to their weights (largest remainder) and interleaved, so every
+tree sends all the time. Piece ``j`` of every root runs down its tree, parents first; the list goes
+piece by piece, so the simulator's priorities (and a runtime's program order) pipeline the pieces
+along every tree. A piece is one chunk per channel, moving side by side: as many channels as the
+busiest link needs to carry its load at one thread block's ceiling each. The collective's chunk-up
+is pieces x channels (a multiple of nothing the sketch asked for: the sketch's chunks are cut finer).
 
 ReduceScatter is the AllGather of the reversed packing run backwards, AllReduce that followed by the
 forward AllGather (:mod:`autotaccl.synth.reductions`). The trees use only the sketch's links and
@@ -14,6 +16,7 @@ leave each root's node only through its senders. AllToAll and Broadcast get no c
 from __future__ import annotations
 
 import math
+
 from ...model.algorithm import Algorithm, Transfer, verify
 from ...model.collectives import Collective
 from ...model.topology import fingerprint
@@ -24,8 +27,9 @@ from ..reductions import reverse_gather, sequence
 from .schedule import assign_steps
 from .strategy import NotApplicable
 
-MAX_TRANSFERS = 100_000    # pieces x tree edges: what the simulator replays in about a second
+MAX_TRANSFERS = 100_000    # pieces x channels x tree edges: what the simulator replays in seconds
 MAX_PIECES = 64            # per root (the sketch's chunk-up limit)
+MIN_PIECES = 4             # fewer per tree (more than ~100 ranks) and the pipeline fill costs more than trees gain
 MIN_PIECE_BYTES = 256 << 10   # smaller pieces pay more latency than their pipelining saves
 MAX_CHANNELS = 8
 _CACHE: dict[tuple, Packing] = {}
@@ -38,9 +42,12 @@ def forest(lt: LogicalTopology) -> Algorithm:
     if coll.name not in ("allgather", "reducescatter", "allreduce"):
         raise NotApplicable(f"tree packing builds AllGather and its reductions, not {coll.name}")
     ranks = coll.ranks
+    if MAX_TRANSFERS // (ranks * (ranks - 1)) < MIN_PIECES:
+        raise NotApplicable(f"{ranks} ranks leave fewer than {MIN_PIECES} pieces per tree within "
+                            f"{MAX_TRANSFERS} transfers: too short a pipeline")
     halves = {"allgather": (False,), "reducescatter": (True,), "allreduce": (True, False)}[coll.name]
     packs = [packing(lt, reverse) for reverse in halves]
-    nchannels = max(channels(lt, p, reverse) for p, reverse in zip(packs, halves))
+    nchannels = max(channels(lt, p) for p in packs)
     per_root = lt.chunk_bytes * coll.chunkup
     pieces = cut(ranks, per_root, nchannels)
     lowered = [lower(p.trees, ranks, pieces, nchannels) for p in packs]
@@ -81,7 +88,7 @@ def packing(lt: LogicalTopology, reverse: bool) -> Packing:
     return _CACHE[key]
 
 
-def channels(lt: LogicalTopology, pack: Packing, reverse: bool = False) -> int:
+def channels(lt: LogicalTopology, pack: Packing) -> int:
     """Channels enough that the busiest link moves its share of the trees in the packing's time at one
     thread block (``channel_GBps``) per channel."""
     ceiling = protocol_terms(lt.graph).channel_GBps
