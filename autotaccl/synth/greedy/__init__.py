@@ -11,7 +11,10 @@ strategies (:mod:`.strategies`) decide the routes:
   scheduling in which a transfer takes every chunk waiting for its link (what wins at large sizes);
 * ``hierarchy`` (:mod:`.hierarchy`): shared per-rank trees and one crossing per node, so chunks batch;
 * ``doubling`` / ``relay`` (:mod:`.exchanges`): Bruck exchanges where the sketch makes nodes complete
-  graphs (switches), across nodes between same-index peers, or through the sketch's relay pairs.
+  graphs (switches), across nodes between same-index peers, or through the sketch's relay pairs;
+* ``trees`` (:mod:`.forest`, not a booking strategy): the throughput-optimal packing of spanning
+  out-trees (:mod:`autotaccl.synth.packing`) as a pipelined schedule, for AllGather and its
+  reductions (what reaches the bound at large sizes on switched fabrics).
 
 ReduceScatter runs an AllGather backwards over the sketch links' reverses (copies become reduces),
 AllReduce is that followed by the AllGather (:mod:`.schedule`). Inter-node hops respect the sketch's

@@ -49,7 +49,7 @@ def forest(lt: LogicalTopology) -> Algorithm:
     packs = [packing(lt, reverse) for reverse in halves]
     nchannels = max(channels(lt, p) for p in packs)
     per_root = lt.chunk_bytes * coll.chunkup
-    pieces = cut(ranks, per_root, nchannels)
+    pieces = cut(ranks, per_root, nchannels, len(packs))
     lowered = [lower(p.trees, ranks, pieces, nchannels) for p in packs]
     if coll.is_reduction:         # the ReduceScatter: the reversed packing's AllGather run backwards
         lowered[0] = reverse_gather(lowered[0], [0.0] * len(lowered[0]))
@@ -64,9 +64,10 @@ def forest(lt: LogicalTopology) -> Algorithm:
     return algorithm
 
 
-def cut(ranks: int, per_root_bytes: float, nchannels: int) -> int:
-    """Pieces per root: as many as the transfer budget and the least useful piece size allow."""
-    transfers = ranks * (ranks - 1) * nchannels
+def cut(ranks: int, per_root_bytes: float, nchannels: int, halves: int = 1) -> int:
+    """Pieces per root: as many as the transfer budget (shared by an AllReduce's two halves) and the least
+    useful piece size allow."""
+    transfers = ranks * (ranks - 1) * nchannels * halves
     pieces = min(MAX_PIECES, MAX_TRANSFERS // transfers, int(per_root_bytes // (MIN_PIECE_BYTES * nchannels)))
     return max(1, pieces)
 
