@@ -19,6 +19,12 @@ arborescence under those prices (Edmonds) as the next column, until no tree pric
 dual. Where the links are the same on every node (the usual case), only the first node's roots are
 solved and every tree stands for its translates to the other nodes (the LP is symmetric, so its
 optimum is).
+
+The optimum is far from unique, and the simulator (like a runtime) prefers some optima: shallow
+trees (a piece's pipeline fill grows with its tree's depth) and load spread over many links (each
+link is a connection of its own, which one thread block per channel moves). So the pricing adds a
+tie-break cost per edge growing with its tail's hops from the root, and the LP minimises the
+busiest link's load second, at a weight far below the ratio's.
 """
 from __future__ import annotations
 
@@ -47,7 +53,8 @@ class Tree:
 
 @dataclass(frozen=True)
 class Packing:
-    """Trees of every root (weights summing to one per root); ``ratio``: the largest arc load over its capacity."""
+    """Trees of every root (weights summing to one per root); ``ratio``: the largest arc load over its rate
+    (capacity x efficiency), the time per unit of a rank's data at that rate."""
     trees: tuple[Tree, ...]
     ratio: float
 
@@ -102,22 +109,15 @@ def pack_trees(graph: nx.DiGraph, links: Sequence[Edge], reverse: bool = False,
         if not added:
             break
         weights, ratio, prices, duals = _restricted_lp(columns, roots, load_of, rate, len(link_ids))
+    else:
+        log.warning("tree packing on %s: stopped after %d rounds at ratio %.6g (not proven optimal)",
+                    graph.graph.get("name"), MAX_ROUNDS, ratio)
     trees = tuple(Tree(r, _breadth_first(r, edges), w) for (r, edges), w in zip(columns, weights) if w > TOL)
     trees = _normalised(trees)
     expanded = tuple(Tree((t.root + s) % ranks, tuple(translate(e, s) for e in t.edges), t.weight)
                      for s in shifts for t in trees)
     log.debug("tree packing on %s: %d trees, ratio %.6g", graph.graph.get("name"), len(expanded), ratio)
     return Packing(expanded, ratio)
-
-
-def arc_loads(graph: nx.DiGraph, trees: Sequence[Tree], reverse: bool = False) -> dict:
-    """Capacity-graph arc -> the summed weight of the tree edges whose link crosses it."""
-    loads: dict = {}
-    for t in trees:
-        for u, v in t.edges:
-            for a in graph.edges[(v, u) if reverse else (u, v)]["resources"]:
-                loads[a] = loads.get(a, 0.0) + t.weight
-    return loads
 
 
 # --------------------------------------------------------------------------- pieces
