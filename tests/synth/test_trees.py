@@ -100,9 +100,24 @@ def test_the_schedule_verifies_on_a_dgx2(topo):
     lt = logical_topology(g, "allreduce", default_sketch(g, "allreduce"), 1 << 26)
     algorithm = forest(lt)
     verify(algorithm, g)
-    # the buffer is cut into pieces (4 MiB per rank: 16 of 256 KiB), each part moving on its own channel
-    assert algorithm.metadata["pieces"] * algorithm.metadata["channels"] == 16
-    assert algorithm.collective.chunkup == 16
+    # 4 MiB per rank: the 4 pieces the trees' weights need (of 256 KiB or more), each part on its own channel
+    assert algorithm.metadata["pieces"] == 4
+    assert algorithm.collective.chunkup == 4 * algorithm.metadata["channels"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("collective", ["allgather", "allreduce"])
+def test_the_schedule_at_1g_lowers_to_both_runtimes(topo, collective):
+    """What the engine picks at 1 GiB on two DGX-A100 must also be what the export writes: an MSCCL XML the
+    checker accepts and an MSCCL++ plan within the executor's limits (lower_plan proves its plan)."""
+    from autotaccl.formats.msccl import check_xml, lower
+    from autotaccl.formats.mscclpp import lower_plan
+
+    g = topo("dgx-a100", 2)
+    algorithm = greedy(logical_topology(g, collective, default_sketch(g, collective), G), G)
+    assert algorithm.metadata["strategy"] == "trees"
+    assert check_xml(lower(algorithm)).valid
+    assert len(lower_plan(algorithm, g).gpus) == 16
 
 
 def test_the_selection_picks_the_trees_at_1g_and_not_where_they_are_slower(topo):
@@ -110,7 +125,7 @@ def test_the_selection_picks_the_trees_at_1g_and_not_where_they_are_slower(topo)
     lt = logical_topology(g, "reducescatter", default_sketch(g, "reducescatter"), G)
     assert greedy(lt, G).metadata["strategy"] == "trees"
     lt = logical_topology(g, "reducescatter", default_sketch(g, "reducescatter"), K)
-    best, timings = fastest(candidates(lt), g, K)
+    best, timings = fastest(candidates(lt), g, K, prune=False)
     trees = next(t for t in timings if t.candidate.label == "greedy trees")
     assert best.time_us < trees.time_us
     assert greedy(lt, K).metadata["strategy"] != "trees"

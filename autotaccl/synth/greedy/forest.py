@@ -1,11 +1,12 @@
 """The tree-packing candidate of the greedy engine: the optimal trees (:mod:`autotaccl.synth.packing`) as a
 pipelined schedule, what reaches the bandwidth bound at large sizes on switched fabrics.
 
-Each root's buffer is cut into pieces (as many as a transfer budget allows, none below 256 KiB),
-handed to its trees in proportion to their weights (largest remainder) and interleaved, so every
-tree sends all the time. Piece ``j`` of every root runs down its tree, parents first; the list goes
-piece by piece, so the simulator's priorities (and a runtime's program order) pipeline the pieces
-along every tree. A piece is one chunk per channel, moving side by side: as many channels as the
+Each root's buffer is cut into a few pieces (at most 4, none below 256 KiB), handed to its trees in
+proportion to their weights (largest remainder) and interleaved, so every tree sends all the time.
+Piece ``j`` of every root runs down its tree, parents first; the list goes piece by piece. The
+pipelining along a tree is the runtime's: it moves every transfer in slices (the simulator's rounds).
+More pieces would only multiply the transfers and thread blocks: 16 pieces on two DGX-H100 need 100
+thread blocks on a rank, past the 80 an MSCCL++ plan can keep resident, and gain no time. A piece is one chunk per channel, moving side by side: as many channels as the
 busiest link needs to carry its load at one thread block's ceiling each. The collective's chunk-up
 is pieces x channels (a multiple of nothing the sketch asked for: the sketch's chunks are cut finer).
 
@@ -28,10 +29,10 @@ from .schedule import assign_steps
 from .strategy import NotApplicable
 
 MAX_TRANSFERS = 100_000    # pieces x channels x tree edges: what the simulator replays in seconds
-MAX_PIECES = 64            # per root (the sketch's chunk-up limit)
-MIN_PIECES = 4             # fewer per tree (more than ~100 ranks) and the pipeline fill costs more than trees gain
+MAX_PIECES = 4             # per root: enough to apportion it among its trees; the runtime pipelines each piece
+MIN_PIECES = 4             # fewer (more than ~150 ranks within the budget) and the weights are too coarse
 MIN_PIECE_BYTES = 256 << 10   # smaller pieces pay more latency than their pipelining saves
-MAX_CHANNELS = 8
+MAX_CHANNELS = 4           # one thread block per channel and peer on each rank
 _CACHE: dict[tuple, Packing] = {}
 
 
@@ -43,8 +44,8 @@ def forest(lt: LogicalTopology) -> Algorithm:
         raise NotApplicable(f"tree packing builds AllGather and its reductions, not {coll.name}")
     ranks = coll.ranks
     if MAX_TRANSFERS // (ranks * (ranks - 1)) < MIN_PIECES:
-        raise NotApplicable(f"{ranks} ranks leave fewer than {MIN_PIECES} pieces per tree within "
-                            f"{MAX_TRANSFERS} transfers: too short a pipeline")
+        raise NotApplicable(f"{ranks} ranks leave fewer than {MIN_PIECES} pieces per root within "
+                            f"{MAX_TRANSFERS} transfers: too coarse a split of the trees' weights")
     halves = {"allgather": (False,), "reducescatter": (True,), "allreduce": (True, False)}[coll.name]
     packs = [packing(lt, reverse) for reverse in halves]
     nchannels = max(channels(lt, p) for p in packs)
