@@ -46,11 +46,12 @@ class Timed:
 
 
 def fastest(candidates: Iterable[Candidate], graph: nx.DiGraph, size: int, *, margin: float = 0.0,
-            margin_us: float = 0.0, prune: bool = True) -> tuple[Timed | None, list[Timed]]:
+            margin_us: float = 0.0, prune: bool = True, enough_us: float = 0.0) -> tuple[Timed | None, list[Timed]]:
     """The fastest candidate at ``size`` bytes (None if the simulator timed none) and every timing, in order.
 
     A candidate replaces the best so far when its handicapped time is below ``best * (1 - margin) - margin_us``.
-    ``prune``: skip the simulation of a candidate whose floor is not below that.
+    ``prune``: skip the simulation of a candidate whose floor is not below that. ``enough_us``: take no
+    further candidates (nor build them) once the best's time is at most this.
     """
     best: tuple[float, Timed] | None = None
     timings = []
@@ -72,6 +73,8 @@ def fastest(candidates: Iterable[Candidate], graph: nx.DiGraph, size: int, *, ma
         score = timed.time_us * (1 + candidate.handicap)
         if best is None or score < best[0] * (1 - margin) - margin_us:
             best = (score, timed)
+        if best[1].time_us <= enough_us:
+            break
     return (None if best is None else best[1]), timings
 
 

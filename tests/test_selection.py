@@ -93,7 +93,7 @@ def test_a_candidate_whose_floor_cannot_win_is_not_simulated(ndv2, pair):
     assert unpruned[1].result is not None and unpruned[1].floor_us is None
 
 
-@pytest.mark.parametrize("size", [1 << 10, SIZE, 1 << 30])
+@pytest.mark.parametrize("size", [1 << 10, SIZE, pytest.param(1 << 30, marks=pytest.mark.slow)])
 def test_pruning_keeps_the_greedy_engines_choice(size):
     from autotaccl.sketch import default_sketch
     from autotaccl.sketch.logical import logical_topology
@@ -106,3 +106,16 @@ def test_pruning_keeps_the_greedy_engines_choice(size):
     full, _ = fastest(pool, graph, size, prune=False)
     assert pruned.candidate.label == full.candidate.label and pruned.time_us == full.time_us
     assert any(t.floor_us is not None for t in timings)
+
+
+def test_a_good_enough_best_ends_the_search_before_the_next_candidate_is_built(ndv2, pair):
+    slow, fast, _, t_fast = pair
+
+    def pool():
+        yield Candidate(fast, "fast")
+        raise AssertionError("built although the best was good enough")
+
+    best, timings = fastest(pool(), ndv2, SIZE, enough_us=t_fast)
+    assert best.candidate.label == "fast" and len(timings) == 1
+    with pytest.raises(AssertionError, match="good enough"):
+        fastest(pool(), ndv2, SIZE, enough_us=t_fast * 0.99)

@@ -45,7 +45,7 @@ LINK_WEIGHT = 1e-5      # the busiest link's load against the ratio: ratio first
 
 @dataclass(frozen=True)
 class Tree:
-    """A spanning out-tree of ``root``: its edges parents first (breadth-first), carrying ``weight`` of its data."""
+    """A spanning out-tree of ``root``: its edges parents first, carrying ``weight`` of its data."""
     root: int
     edges: tuple[Edge, ...]
     weight: float
@@ -77,8 +77,7 @@ def pack_trees(graph: nx.DiGraph, links: Sequence[Edge], reverse: bool = False,
     shifts = _node_shifts(graph, set(usable), senders)
     roots = list(range(gpn)) if len(shifts) > 1 else list(range(ranks))
     arc_ids = {a: i for i, a in enumerate(sorted({a for arcs in arcs_of.values() for a in arcs}, key=str))}
-    rate = [cap.edges[a]["capacity"] * (efficiency or {}).get(cap.edges[a].get("link_class") or "", 1.0)
-            for a in sorted(arc_ids, key=arc_ids.get)]
+    rate = [_rate(cap, a, efficiency) for a in sorted(arc_ids, key=arc_ids.get)]
 
     def translate(e: Edge, s: int) -> Edge:
         return ((e[0] + s) % ranks, (e[1] + s) % ranks)
@@ -118,6 +117,24 @@ def pack_trees(graph: nx.DiGraph, links: Sequence[Edge], reverse: bool = False,
                      for s in shifts for t in trees)
     log.debug("tree packing on %s: %d trees, ratio %.6g", graph.graph.get("name"), len(expanded), ratio)
     return Packing(expanded, ratio)
+
+
+def packing_ratio(graph: nx.DiGraph, trees: Sequence[Tree], reverse: bool = False,
+                  efficiency: Mapping[str, float] | None = None) -> float:
+    """The largest load of any capacity-graph arc over its rate (capacity x efficiency) under ``trees``
+    (tree edge ``u -> v`` loads the arcs of link ``v -> u`` when ``reverse``)."""
+    cap = graph.graph["capacity"]
+    load: dict = {}
+    for t in trees:
+        for u, v in t.edges:
+            for a in graph.edges[(v, u) if reverse else (u, v)]["resources"]:
+                load[a] = load.get(a, 0.0) + t.weight
+    return max(w / _rate(cap, a, efficiency) for a, w in load.items())
+
+
+def _rate(cap: nx.DiGraph, arc, efficiency: Mapping[str, float] | None) -> float:
+    """An arc's rate: its capacity derated by its link class's efficiency (1 where absent)."""
+    return cap.edges[arc]["capacity"] * (efficiency or {}).get(cap.edges[arc].get("link_class") or "", 1.0)
 
 
 # --------------------------------------------------------------------------- pieces

@@ -140,7 +140,7 @@ def check_routes(lt: LogicalTopology) -> None:
 
 def _greedy(lt: LogicalTopology, options: SynthOptions, sketch) -> tuple[Algorithm, dict, str]:
     began = time.perf_counter()
-    algorithm = greedy(lt, options.size, batching=sketch.contiguity)   # batch_window is the scheduling MILP's
+    algorithm = greedy(lt, options.size, batching=sketch.contiguity, gap=options.bound_gap)   # batch_window: the MILP's
     report = StageReport(time.perf_counter() - began, 0, 0, "heuristic", "greedy",
                          f"{algorithm.metadata.get('strategy')} routing, batching {algorithm.metadata.get('batching')}")
     return algorithm, {"greedy": report}, "heuristic"

@@ -1,4 +1,5 @@
-"""The tree-packing candidate: optimal spanning out-trees from the AllGather bound, lowered as a pipelined schedule."""
+"""The tree candidates: optimal spanning out-trees from the AllGather bound and the rail trees, lowered as
+pipelined schedules."""
 from __future__ import annotations
 
 import networkx as nx
@@ -10,9 +11,10 @@ from autotaccl.model.algorithm import verify
 from autotaccl.selection import attainable_us, fastest
 from autotaccl.simulate import simulate
 from autotaccl.sketch import default_sketch, logical_topology
-from autotaccl.synth.greedy.forest import forest
+from autotaccl.synth.greedy.forest import forest, rails
 from autotaccl.synth.greedy.select import candidates, greedy
 from autotaccl.synth.packing import _arborescence, pack_trees
+from autotaccl.synth.rails import rail_trees
 
 K, G = 1 << 10, 1 << 30
 
@@ -115,7 +117,7 @@ def test_the_schedule_at_1g_lowers_to_both_runtimes(topo, collective):
 
     g = topo("dgx-a100", 2)
     algorithm = greedy(logical_topology(g, collective, default_sketch(g, collective), G), G)
-    assert algorithm.metadata["strategy"] == "trees"
+    assert algorithm.metadata["strategy"] in ("trees", "rails")
     assert check_xml(lower(algorithm)).valid
     assert len(lower_plan(algorithm, g).gpus) == 16
 
@@ -135,3 +137,71 @@ def test_no_trees_for_alltoall(topo):
     g = topo(SWITCHED_PAIR, 2)
     lt = logical_topology(g, "alltoall", default_sketch(g, "alltoall"), G)
     assert "greedy trees" not in [c.label for c in candidates(lt)]
+
+
+# --------------------------------------------------------------------------- rail trees
+
+
+def test_rail_trees_meet_the_hand_computed_bound_on_three_nodes(topo):
+    """3 nodes x 2 GPUs: a node receives 4 units through 2 x 10 GB/s NICs, x* = 0.2; the rail trees carry
+    exactly nodes - 1 = 2 units over every NIC hop, and 1 unit per tree through each hub's switch port."""
+    g = topo(SWITCHED_PAIR, 3)
+    cap = g.graph["capacity"]
+    assert gather_ratio(cap, list(g.nodes)) == pytest.approx(0.2)
+    for reverse in (False, True):
+        packing = rail_trees(g, sorted(g.edges), reverse)
+        assert packing.ratio == pytest.approx(0.2)
+        loads: dict = {}
+        for t in packing.trees:
+            assert spans(t.root, t.edges, 6) and t.weight == 1.0
+            assert [e for e in t.edges if e[0] // 2 != e[1] // 2] == \
+                [(t.root, (t.root + 2) % 6), ((t.root + 2) % 6, (t.root + 4) % 6)]      # along the rail
+            for u, v in t.edges:
+                for arc in g.edges[(v, u) if reverse else (u, v)]["resources"]:
+                    loads[arc] = loads.get(arc, 0.0) + t.weight
+        network = [arc for arc in cap.edges if "net" in arc]
+        assert network and all(loads[arc] == pytest.approx(2.0) for arc in network)
+
+
+def test_rail_trees_need_several_nodes_the_rail_links_and_roots_that_may_send(topo):
+    g = topo(SWITCHED_PAIR, 3)
+    with pytest.raises(ValueError, match="more than one node"):
+        rail_trees(topo(SWITCHED_PAIR, 1), sorted(topo(SWITCHED_PAIR, 1).edges))
+    with pytest.raises(ValueError, match="the link 0 -> 2"):
+        rail_trees(g, sorted(e for e in g.edges if e != (0, 2)))
+    with pytest.raises(ValueError, match="GPU 0 may not carry its own data"):
+        rail_trees(g, sorted(g.edges), senders={0: frozenset({1})})
+
+
+@pytest.mark.parametrize("collective", ["allgather", "reducescatter", "allreduce"])
+def test_the_rail_schedule_verifies_and_nears_the_attainable_bound_at_1g(topo, collective):
+    g = topo(SWITCHED_PAIR, 3)
+    algorithm = rails(logical_topology(g, collective, default_sketch(g, collective), G))
+    verify(algorithm, g)
+    assert algorithm.metadata["strategy"] == "rails" and algorithm.metadata["pieces"] == 1
+    assert simulate(algorithm, g, G).time_us <= attainable_us(g, collective, G) / 0.97
+
+
+@pytest.mark.slow
+def test_on_eight_dgx_h100_the_rails_win_at_1g_and_end_the_search(topo, monkeypatch):
+    """64 GPUs is a big configuration: the trees go first, the rail trees come within 1% of the attainable
+    bound, and no strategy's schedule is built."""
+    from autotaccl.synth.greedy import select
+
+    g = topo("dgx-h100", 8)
+    lt = logical_topology(g, "allgather", default_sketch(g, "allgather"), G)
+    monkeypatch.setattr(select, "greedy_schedule", lambda *a, **k: pytest.fail("a strategy was built"))
+    algorithm = greedy(lt, G, gap=0.01)
+    assert algorithm.metadata["strategy"] == "rails"
+    assert simulate(algorithm, g, G).time_us <= attainable_us(g, "allgather", G) / 0.99
+
+
+@pytest.mark.slow
+def test_the_rail_schedule_lowers_to_both_runtimes(topo):
+    from autotaccl.formats.msccl import check_xml, lower
+    from autotaccl.formats.mscclpp import lower_plan
+
+    g = topo("dgx-h100", 2)
+    algorithm = rails(logical_topology(g, "allreduce", default_sketch(g, "allreduce"), G))
+    assert check_xml(lower(algorithm)).valid
+    assert len(lower_plan(algorithm, g).gpus) == 16

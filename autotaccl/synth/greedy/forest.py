@@ -1,14 +1,17 @@
-"""The tree-packing candidate of the greedy engine: the optimal trees (:mod:`autotaccl.synth.packing`) as a
-pipelined schedule, what reaches the bandwidth bound at large sizes on switched fabrics.
+"""The tree candidates of the greedy engine, pipelined schedules of spanning out-trees that reach the
+bandwidth bound at large sizes on switched fabrics: the optimal packing (:mod:`autotaccl.synth.packing`,
+up to ~150 GPUs) and the rail trees (:mod:`autotaccl.synth.rails`, multi-node, any scale).
 
-Each root's buffer is cut into a few pieces (at most 4, none below 256 KiB), handed to its trees in
-proportion to their weights (largest remainder) and interleaved, so every tree sends all the time.
-Piece ``j`` of every root runs down its tree, parents first; the list goes piece by piece. The
-pipelining along a tree is the runtime's: it moves every transfer in slices (the simulator's rounds).
-More pieces would only multiply the transfers and thread blocks: 16 pieces on two DGX-H100 need 100
-thread blocks on a rank, past the 80 an MSCCL++ plan can keep resident, and gain no time. A piece is one chunk per channel, moving side by side: as many channels as the
-busiest link needs to carry its load at one thread block's ceiling each. The collective's chunk-up
-is pieces x channels (a multiple of nothing the sketch asked for: the sketch's chunks are cut finer).
+Each root's buffer is cut into a few pieces (at most 4, none below 256 KiB; one for the rail trees,
+one tree per root), handed to its trees in proportion to their weights (largest remainder) and
+interleaved, so every tree sends all the time. Piece ``j`` of every root runs down its tree, parents
+first; the list goes piece by piece. The pipelining along a tree is the runtime's: it moves every
+transfer in slices (the simulator's rounds). More pieces would only multiply the transfers and thread
+blocks: 16 pieces on two DGX-H100 need 100 thread blocks on a rank, past the 80 an MSCCL++ plan can
+keep resident, and gain no time. A piece is one chunk per channel, moving side by side: as many
+channels as the busiest link needs to carry its load at one thread block's ceiling each. The
+collective's chunk-up is pieces x channels (a multiple of nothing the sketch asked for: the sketch's
+chunks are cut finer).
 
 ReduceScatter is the AllGather of the reversed packing run backwards, AllReduce that followed by the
 forward AllGather (:mod:`autotaccl.synth.reductions`). The trees use only the sketch's links and
@@ -24,6 +27,7 @@ from ...model.topology import fingerprint
 from ...simulate import link_efficiency, protocol_terms
 from ...sketch.logical import LogicalTopology
 from ..packing import Packing, Tree, pack_trees
+from ..rails import rail_trees
 from ..reductions import reverse_gather, sequence
 from .schedule import assign_steps
 from .strategy import NotApplicable
@@ -33,24 +37,52 @@ MAX_PIECES = 4             # per root: enough to apportion it among its trees; t
 MIN_PIECES = 4             # fewer (more than ~150 ranks within the budget) and the weights are too coarse
 MIN_PIECE_BYTES = 256 << 10   # smaller pieces pay more latency than their pipelining saves
 MAX_CHANNELS = 4           # one thread block per channel and peer on each rank
+MAX_RAIL_TRANSFERS = 1_100_000   # an AllReduce on 512 GPUs at 2 channels: ~2 GiB of simulator state
+HALVES = {"allgather": (False,), "reducescatter": (True,), "allreduce": (True, False)}
 _CACHE: dict[tuple, Packing] = {}
 
 
 def forest(lt: LogicalTopology) -> Algorithm:
     """The tree-packing schedule of AllGather, ReduceScatter or AllReduce on ``lt``, cut for the size it
     targets (``lt.chunk_bytes``), verified."""
-    coll = lt.collective
-    if coll.name not in ("allgather", "reducescatter", "allreduce"):
-        raise NotApplicable(f"tree packing builds AllGather and its reductions, not {coll.name}")
-    ranks = coll.ranks
+    halves = _halves(lt)
+    ranks = lt.collective.ranks
     if MAX_TRANSFERS // (ranks * (ranks - 1)) < MIN_PIECES:
         raise NotApplicable(f"{ranks} ranks leave fewer than {MIN_PIECES} pieces per root within "
                             f"{MAX_TRANSFERS} transfers: too coarse a split of the trees' weights")
-    halves = {"allgather": (False,), "reducescatter": (True,), "allreduce": (True, False)}[coll.name]
-    packs = [packing(lt, reverse) for reverse in halves]
+    return _schedule(lt, [packing(lt, reverse) for reverse in halves], "trees")
+
+
+def rails(lt: LogicalTopology) -> Algorithm:
+    """The schedule of the rail trees (:mod:`autotaccl.synth.rails`): one tree per root, so one piece."""
+    halves = _halves(lt)
+    ranks = lt.collective.ranks
+    if ranks * (ranks - 1) * len(halves) > MAX_RAIL_TRANSFERS:
+        raise NotApplicable(f"{ranks} ranks need more than {MAX_RAIL_TRANSFERS} transfers of rail trees")
+    try:
+        packs = [rail_trees(lt.graph, sorted(lt.edges), reverse, _senders(lt), link_efficiency(lt.graph))
+                 for reverse in halves]
+    except ValueError as err:
+        raise NotApplicable(str(err)) from None
+    return _schedule(lt, packs, "rails", pieces=1)
+
+
+def _halves(lt: LogicalTopology) -> tuple[bool, ...]:
+    """The packings a collective runs, as their ``reverse`` flags: AllGather forward, ReduceScatter
+    backward, AllReduce both."""
+    name = lt.collective.name
+    if name not in HALVES:
+        raise NotApplicable(f"tree packing builds AllGather and its reductions, not {name}")
+    return HALVES[name]
+
+
+def _schedule(lt: LogicalTopology, packs: list[Packing], strategy: str, pieces: int | None = None) -> Algorithm:
+    """``packs`` (one per half) lowered, the ReduceScatter half run backwards, verified."""
+    coll = lt.collective
+    ranks = coll.ranks
     nchannels = max(channels(lt, p) for p in packs)
     per_root = lt.chunk_bytes * coll.chunkup
-    pieces = cut(ranks, per_root, nchannels, len(packs))
+    pieces = pieces or cut(ranks, per_root, nchannels, len(packs))
     lowered = [lower(p.trees, ranks, pieces, nchannels) for p in packs]
     if coll.is_reduction:         # the ReduceScatter: the reversed packing's AllGather run backwards
         lowered[0] = reverse_gather(lowered[0], [0.0] * len(lowered[0]))
@@ -58,7 +90,7 @@ def forest(lt: LogicalTopology) -> Algorithm:
     name = f"{coll.name}-{lt.graph.graph.get('name', 'topology')}-greedy"
     algorithm = Algorithm(name, Collective(coll.name, ranks, pieces * nchannels), assign_steps(list(transfers)),
                           lt.graph.graph.get("name", ""),
-                          {"engine": "greedy", "strategy": "trees", "batching": False, "order": "depth",
+                          {"engine": "greedy", "strategy": strategy, "batching": False, "order": "depth",
                            "chunk_bytes": per_root / (pieces * nchannels),
                            "pieces": pieces, "channels": nchannels})
     verify(algorithm, lt.graph)
@@ -75,12 +107,7 @@ def cut(ranks: int, per_root_bytes: float, nchannels: int, halves: int = 1) -> i
 
 def packing(lt: LogicalTopology, reverse: bool) -> Packing:
     """The optimal packing over the sketch's links (cached per topology, links, senders and direction)."""
-    k = lt.collective.chunkup
-    senders = {}
-    for r in range(lt.collective.ranks):
-        sets = [lt.senders[c] for c in range(r * k, r * k + k) if c in lt.senders]
-        if sets:
-            senders[r] = frozenset.intersection(*sets)
+    senders = _senders(lt)
     key = (fingerprint(lt.graph), lt.edges, tuple(sorted(senders.items())), reverse)
     if key not in _CACHE:
         try:
@@ -88,6 +115,17 @@ def packing(lt: LogicalTopology, reverse: bool) -> Packing:
         except ValueError as err:     # some rank unreachable over these links
             raise NotApplicable(str(err)) from None
     return _CACHE[key]
+
+
+def _senders(lt: LogicalTopology) -> dict[int, frozenset[int]]:
+    """Per root, the ranks the sketch lets carry all of its chunks off its node."""
+    k = lt.collective.chunkup
+    senders = {}
+    for r in range(lt.collective.ranks):
+        sets = [lt.senders[c] for c in range(r * k, r * k + k) if c in lt.senders]
+        if sets:
+            senders[r] = frozenset.intersection(*sets)
+    return senders
 
 
 def channels(lt: LogicalTopology, pack: Packing) -> int:

@@ -6,9 +6,9 @@ from dataclasses import replace
 from typing import Iterator
 
 from ...model.algorithm import Algorithm, verify
-from ...selection import Candidate, fastest
+from ...selection import Candidate, attainable_us, fastest
 from ...sketch.logical import LogicalTopology
-from .forest import forest
+from .forest import forest, rails
 from .schedule import greedy_schedule, time_steps
 from .strategies import STRATEGIES
 from .strategy import BIG, NotApplicable
@@ -19,17 +19,20 @@ log = logging.getLogger(__name__)
 START_ORDER_HANDICAP = 0.02   # prefer the dependency-depth order (far fewer steps) unless start order is 2% faster
 
 
-def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | None = None) -> Algorithm:
+def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | None = None,
+           gap: float = 0.0) -> Algorithm:
     """The best of the greedy variants at ``size`` bytes, judged by the simulator (verified).
 
     ``batching`` (the sketch's contiguity) lets a routed transfer carry several chunks, at most ``window``
     (default: no cap; a cap of 6, TACCL's window, costs up to 4x at 1 KiB on AllToAll). The blocks of the
     structured strategies are never capped. Every strategy is tried (with and without batching, when it
-    routes), each schedule in two list orders, then the packing of optimal trees (:mod:`.forest`, for
-    AllGather and its reductions), then every baseline the sketch admits, so the engine never returns
-    something slower than one of them.
+    routes), each schedule in two list orders, then the optimal tree packing and the rail trees
+    (:mod:`.forest`, for AllGather and its reductions; first on big configurations), then every baseline
+    the sketch admits, so the engine never returns something slower than one of them. ``gap``: stop
+    looking once a candidate is within that share of the attainable bound (nothing can beat it by more).
     """
-    best, _ = fastest(candidates(lt, batching, window), lt.graph, size, margin_us=EPS)
+    enough = attainable_us(lt.graph, lt.collective.name, size) / (1 - gap) if gap else 0.0
+    best, _ = fastest(candidates(lt, batching, window), lt.graph, size, margin_us=EPS, enough_us=enough)
     if best is None:
         raise RuntimeError("the simulator could evaluate no greedy variant")
     verify(best.candidate.algorithm, lt.graph)
@@ -37,8 +40,20 @@ def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | 
 
 
 def candidates(lt: LogicalTopology, batching: bool = True, window: int | None = None) -> Iterator[Candidate]:
-    """What :func:`greedy` chooses from, in order (on equal times the earlier one wins)."""
+    """What :func:`greedy` chooses from, in order (on equal times the earlier one wins). On big
+    configurations the trees come first: they are built in a fraction of the strategies' time and
+    usually win at large sizes, so the strategies' schedules need not be simulated."""
     big = lt.collective.num_chunks * len(lt.edges) > BIG
+    if big:
+        yield from _trees(lt)
+    yield from _strategies(lt, batching, window, big)
+    if not big:
+        yield from _trees(lt)
+    for algorithm in sketch_baselines(lt):
+        yield Candidate(algorithm, f"greedy {algorithm.metadata['strategy']}")
+
+
+def _strategies(lt: LogicalTopology, batching: bool, window: int | None, big: bool) -> Iterator[Candidate]:
     for name, strategy in STRATEGIES.items():
         if big and strategy.small_only:
             continue
@@ -53,12 +68,14 @@ def candidates(lt: LogicalTopology, batching: bool = True, window: int | None = 
                             metadata={**algorithm.metadata, "order": "start"})
             yield Candidate(algorithm, f"greedy {name} batching={batch} order=depth")
             yield Candidate(timed, f"greedy {name} batching={batch} order=start", START_ORDER_HANDICAP)
-    try:
-        yield Candidate(forest(lt), "greedy trees")
-    except NotApplicable as why:
-        log.debug("greedy trees: %s", why)
-    for algorithm in sketch_baselines(lt):
-        yield Candidate(algorithm, f"greedy {algorithm.metadata['strategy']}")
+
+
+def _trees(lt: LogicalTopology) -> Iterator[Candidate]:
+    for name, build in (("trees", forest), ("rails", rails)):
+        try:
+            yield Candidate(build(lt), f"greedy {name}")
+        except NotApplicable as why:
+            log.debug("greedy %s: %s", name, why)
 
 
 def sketch_baselines(lt: LogicalTopology) -> list[Algorithm]:
