@@ -21,7 +21,7 @@ import networkx as nx
 
 from .bounds import bound_time_us, bounds
 from .model.algorithm import Algorithm
-from .simulate import SimResult, floor_us, link_efficiency, protocol_terms, simulate
+from .simulate import SimResult, link_efficiency, protocol_terms, simulate, simulate_below
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +57,16 @@ def fastest(candidates: Iterable[Candidate], graph: nx.DiGraph, size: int, *, ma
     timings = []
     for candidate in candidates:
         try:
-            if prune and best is not None:
-                floor = floor_us(candidate.algorithm, graph, size) * (1 + candidate.handicap)
-                if floor * (1 - 1e-9) >= best[0] * (1 - margin) - margin_us:
+            if prune and best is not None:      # the floor a candidate must get under to replace the best
+                limit = (best[0] * (1 - margin) - margin_us) / ((1 + candidate.handicap) * (1 - 1e-9))
+                floor, result = simulate_below(candidate.algorithm, graph, size, limit)
+                if result is None:
                     timings.append(Timed(candidate, None, floor))
                     log.debug("%s: at least %.3f us, not simulated", candidate.label, floor)
                     continue
-            timed = Timed(candidate, simulate(candidate.algorithm, graph, size))
+            else:
+                result = simulate(candidate.algorithm, graph, size)
+            timed = Timed(candidate, result)
         except RuntimeError as err:
             log.warning("the simulator failed on %s (%s); candidate skipped", candidate.label, err)
             timings.append(Timed(candidate, None))

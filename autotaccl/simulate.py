@@ -103,7 +103,19 @@ def floor_us(algorithm: Algorithm, graph: nx.DiGraph, size: int, protocol: str |
     """A lower bound on :func:`simulate`'s time, for a fraction of its cost: launch + the largest of the
     longest dependency chain (each transfer's latency and its bytes at its solo rate), the busiest arc's
     bytes at its full share and the busiest connection's bytes at its transfers' solo rates."""
+    return simulate_below(algorithm, graph, size, 0.0, protocol, instances)[0]
+
+
+def simulate_below(algorithm: Algorithm, graph: nx.DiGraph, size: int, limit_us: float, protocol: str | None = None,
+                   instances: int = 1) -> tuple[float, SimResult | None]:
+    """The :func:`floor_us` of ``algorithm``, and its simulation unless that floor is already ``limit_us`` or
+    more (None then): one preparation for both."""
     plan = _plan(algorithm, graph, protocol, instances)
+    floor = plan.launch_us + _floor(plan, algorithm, size)
+    return floor, (None if floor >= limit_us else _run(plan, algorithm, size))
+
+
+def _floor(plan: _Plan, algorithm: Algorithm, size: int) -> float:
     nbytes, k = _pieces(plan, algorithm, size)
     solo, deps = _solo(plan), _dependencies(algorithm.transfers)
     chain = [0.0] * len(nbytes)
@@ -116,7 +128,7 @@ def floor_us(algorithm: Algorithm, graph: nx.DiGraph, size: int, protocol: str |
         for a in plan.arcs[i]:
             arc_bytes[a] += k * b
     arcs = max((b / s for b, s in zip(arc_bytes, plan.share)), default=0.0)
-    return plan.launch_us + max(max(chain), arcs, max(conn_us))
+    return max(max(chain), arcs, max(conn_us))
 
 
 def simulate_sizes(algorithm: Algorithm, graph: nx.DiGraph, sizes: Iterable[int], protocol: str | None = None,
@@ -419,4 +431,4 @@ def estimate(algorithm: Algorithm, graph: nx.DiGraph, size: float, protocol: str
 
 
 __all__ = ["DEFAULT_PROTOCOL", "MAX_ROUNDS", "PROTOCOLS", "ROUND_BYTES", "Costs", "SimResult", "algorithm_costs",
-           "estimate", "floor_us", "link_efficiency", "protocol_terms", "rounds", "simulate", "simulate_sizes"]
+           "estimate", "floor_us", "link_efficiency", "protocol_terms", "rounds", "simulate", "simulate_below", "simulate_sizes"]
