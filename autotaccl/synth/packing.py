@@ -246,10 +246,13 @@ def _cycle(parent) -> list[int] | None:
 def _restricted_lp(columns, roots, load_of, rate, links):
     """Weights and ratio of the best packing of these columns, with the row prices and root duals.
 
-    Variables: the column weights, the ratio, the busiest link's load (weighed ``LINK_WEIGHT``)."""
+    Variables: the column weights, the ratio, the busiest link's load (weighed ``LINK_WEIGHT``). Solved
+    by highspy directly (scipy's ``linprog`` wraps the same HiGHS, but importing it costs 0.4 s a process)."""
+    import highspy
     import numpy as np
-    from scipy.optimize import linprog
-    from scipy.sparse import coo_matrix
+    from scipy.sparse import coo_matrix, vstack
+
+    from ..milp.highs import quiet_highs
 
     n, m = len(columns), len(rate)
     root_row = {r: i for i, r in enumerate(roots)}
@@ -266,17 +269,27 @@ def _restricted_lp(columns, roots, load_of, rate, links):
     rows += list(range(m + links))
     cols += [n] * m + [n + 1] * links
     vals += [-c for c in rate] + [-1.0] * links
-    a_ub = coo_matrix((vals, (rows, cols)), shape=(m + links, n + 2)).tocsr()
-    a_eq = coo_matrix(([1.0] * n, ([root_row[r] for r, _ in columns], list(range(n)))), shape=(len(roots), n + 2))
+    loads = coo_matrix((vals, (rows, cols)), shape=(m + links, n + 2))
+    sums = coo_matrix(([1.0] * n, ([root_row[r] for r, _ in columns], list(range(n)))), shape=(len(roots), n + 2))
+    matrix = vstack([loads, sums]).tocsr()
+    lower = np.concatenate([np.full(m + links, -np.inf), np.ones(len(roots))])   # loads <= 0, each root's sum = 1
+    upper = np.concatenate([np.zeros(m + links), np.ones(len(roots))])
     cost = np.zeros(n + 2)
     cost[n], cost[n + 1] = 1.0, LINK_WEIGHT
-    res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(m + links), A_eq=a_eq.tocsr(), b_eq=np.ones(len(roots)),
-                  bounds=(0, None), method="highs")
-    if res.status != 0:
-        raise RuntimeError(f"tree packing LP failed: {res.message}")
-    prices = [max(0.0, -y) for y in res.ineqlin.marginals]
-    duals = {r: float(res.eqlin.marginals[root_row[r]]) for r in roots}
-    return list(res.x[:n]), float(res.x[n]), prices, duals
+    h = quiet_highs()
+    h.setOptionValue("threads", 1)
+    h.addVars(n + 2, np.zeros(n + 2), np.full(n + 2, np.inf))
+    h.changeColsCost(n + 2, np.arange(n + 2, dtype=np.int32), cost)
+    h.addRows(matrix.shape[0], lower, upper, matrix.nnz, matrix.indptr.astype(np.int32),
+              matrix.indices.astype(np.int32), matrix.data.astype(float))
+    h.run()
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        raise RuntimeError(f"tree packing LP failed: {h.modelStatusToString(h.getModelStatus())}")
+    solution = h.getSolution()
+    x, y = list(solution.col_value), list(solution.row_dual)
+    prices = [max(0.0, -v) for v in y[:m + links]]
+    duals = {r: float(y[m + links + root_row[r]]) for r in roots}
+    return x[:n], float(x[n]), prices, duals
 
 
 def _normalised(trees: tuple[Tree, ...]) -> tuple[Tree, ...]:

@@ -37,7 +37,7 @@ MAX_PIECES = 4             # per root: enough to apportion it among its trees; t
 MIN_PIECES = 4             # fewer (more than ~150 ranks within the budget) and the weights are too coarse
 MIN_PIECE_BYTES = 256 << 10   # smaller pieces pay more latency than their pipelining saves
 MAX_CHANNELS = 4           # one thread block per channel and peer on each rank
-MAX_RAIL_TRANSFERS = 1_100_000   # an AllReduce on 512 GPUs at 2 channels: ~2 GiB of simulator state
+MAX_RAIL_EDGES = 600_000   # tree edges x halves (each on its channels): an AllReduce on 512 GPUs has 523 264
 HALVES = {"allgather": (False,), "reducescatter": (True,), "allreduce": (True, False)}
 _CACHE: dict[tuple, Packing] = {}
 
@@ -57,8 +57,8 @@ def rails(lt: LogicalTopology) -> Algorithm:
     """The schedule of the rail trees (:mod:`autotaccl.synth.rails`): one tree per root, so one piece."""
     halves = _halves(lt)
     ranks = lt.collective.ranks
-    if ranks * (ranks - 1) * len(halves) > MAX_RAIL_TRANSFERS:
-        raise NotApplicable(f"{ranks} ranks need more than {MAX_RAIL_TRANSFERS} transfers of rail trees")
+    if ranks * (ranks - 1) * len(halves) > MAX_RAIL_EDGES:
+        raise NotApplicable(f"{ranks} ranks need more than {MAX_RAIL_EDGES} edges of rail trees")
     try:
         packs = [rail_trees(lt.graph, sorted(lt.edges), reverse, _senders(lt), link_efficiency(lt.graph))
                  for reverse in halves]
