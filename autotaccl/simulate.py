@@ -117,18 +117,23 @@ def simulate_below(algorithm: Algorithm, graph: nx.DiGraph, size: int, limit_us:
 
 def _floor(plan: _Plan, algorithm: Algorithm, size: int) -> float:
     nbytes, k = _pieces(plan, algorithm, size)
-    solo, deps = _solo(plan), _dependencies(algorithm.transfers)
-    chain = [0.0] * len(nbytes)
+    solo = _solo(plan)
+    ready = [0.0] * len(nbytes)          # when a transfer's dependencies are done, at the earliest
+    chain = 0.0
     arc_bytes = [0.0] * len(plan.share)
     conn_us = [0.0] * plan.num_conns
-    for i, b in enumerate(nbytes):
+    for i, b in enumerate(nbytes):       # dependencies point backwards: each is final when reached
         own = b / solo[i]
-        chain[i] = plan.alpha_us[i] + own + max((chain[d] for d in deps[i]), default=0.0)
+        end = ready[i] + plan.alpha_us[i] + own
+        chain = max(chain, end)
+        for d in plan.dependents[i]:
+            if ready[d] < end:
+                ready[d] = end
         conn_us[plan.conn[i]] += k * own
         for a in plan.arcs[i]:
             arc_bytes[a] += k * b
     arcs = max((b / s for b, s in zip(arc_bytes, plan.share)), default=0.0)
-    return max(max(chain), arcs, max(conn_us))
+    return max(chain, arcs, max(conn_us))
 
 
 def simulate_sizes(algorithm: Algorithm, graph: nx.DiGraph, sizes: Iterable[int], protocol: str | None = None,
