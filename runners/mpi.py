@@ -16,7 +16,6 @@ import shutil
 import socket
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -156,7 +155,7 @@ def explain(outcome: launch.Outcome, beats: dict[int, dict], timeout: float,
     head = (f"mpi job timed out after {timeout:g} s and was killed" if outcome.timed_out
             else f"mpi job failed (exit status {outcome.returncode})")
     how = _EXIT_STRING.search(outcome.stdout + outcome.stderr)
-    now = time.time()
+    newest = max((b["time"] for b in beats.values()), default=0.0)
     parts = []
     for rank in sorted(beats, key=lambda r: (r != first, r)):
         b = beats[rank]
@@ -166,8 +165,9 @@ def explain(outcome: launch.Outcome, beats: dict[int, dict], timeout: float,
             parts.append(f"{who} raised {b['error'].splitlines()[0][:200]} while {state}")
         elif rank == first:
             parts.append(f"{who} died first{f' ({how.group(1).strip()})' if how else ''} while {state}")
-        elif outcome.timed_out and now - b["time"] > 2.0:  # heartbeats come every 0.2 s
-            parts.append(f"{who} silent for {now - b['time']:.1f} s (stopped or stuck), last {state}")
+        elif outcome.timed_out and newest - b["time"] > 1.0:  # its neighbours beat every 0.2 s up to the kill
+            parts.append(f"{who} silent for {newest - b['time']:.1f} s before the kill (stopped or stuck), "
+                         f"last {state}")
         else:
             parts.append(f"{who} {state}")
     if not parts:
