@@ -274,6 +274,7 @@ def test_a_strategy_plugs_into_the_registry(monkeypatch):
     labels = [c.label for c in candidates(lt)]
     assert labels.count("greedy direct batching=True order=depth") == 1    # not routed: tried once
     tried = list(dict.fromkeys(label.split()[1] for label in labels))
-    assert tried == ["earliest", "balanced", "bottleneck", "hierarchy", "doubling", "direct", "trees", "baseline"]
+    assert tried == ["earliest", "balanced", "bottleneck", "hierarchy", "doubling", "direct", "rails", "trees",
+                     "baseline"]
     with pytest.raises(ValueError, match="unknown greedy strategy 'nope'"):
         greedy_schedule(lt, strategy="nope")

@@ -26,7 +26,7 @@ def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | 
     ``batching`` (the sketch's contiguity) lets a routed transfer carry several chunks, at most ``window``
     (default: no cap; a cap of 6, TACCL's window, costs up to 4x at 1 KiB on AllToAll). The blocks of the
     structured strategies are never capped. Every strategy is tried (with and without batching, when it
-    routes), each schedule in two list orders, then the optimal tree packing and the rail trees
+    routes), each schedule in two list orders, then the rail trees and the optimal tree packing
     (:mod:`.forest`, for AllGather and its reductions; first on big configurations), then every baseline
     the sketch admits, so the engine never returns something slower than one of them. ``gap``: stop
     looking once a candidate is within that share of the attainable bound (nothing can beat it by more).
@@ -71,7 +71,7 @@ def _strategies(lt: LogicalTopology, batching: bool, window: int | None, big: bo
 
 
 def _trees(lt: LogicalTopology) -> Iterator[Candidate]:
-    for name, build in (("trees", forest), ("rails", rails)):
+    for name, build in (("rails", rails), ("trees", forest)):    # the cheap one first: at the bound, no LP
         try:
             yield Candidate(build(lt), f"greedy {name}")
         except NotApplicable as why:
