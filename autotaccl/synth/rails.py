@@ -14,8 +14,11 @@ the reversed trees of a ReduceScatter across nodes: reduces into one buffer go o
 hub's sum can leave over the network only once its whole fan-in is in, so a star's ``gpn - 1`` serial
 reduces would idle the NICs at the start; a binomial tree's take ``ceil(log2 gpn)``
 (:func:`_spread_binomial`). On two DGX-H100, ReduceScatter at 1 GiB reaches 91.2% of the attainable
-bound with it, 88.6% with the rotated star, 84.4% unrotated; on one node the star does better (GB200
-NVL72: 97.9% against 95.5%, AllReduce 98.9% against 74%).
+bound with it, 88.6% with the rotated star, 84.4% unrotated. On one node, where no NIC waits, the
+pipelined star does better at large sizes (GB200 NVL72 at 1 GiB: 97.9% against 95.5%, AllReduce 98.9%
+against 74%), but where a root's data is a single slice nothing hides the fan-in's serial latency
+(DGX-2 ReduceScatter at 1 MiB: 34 µs binomial, 93 µs star); :func:`~autotaccl.synth.greedy.forest.rails`
+chooses.
 
 Built in ``O(ranks^2)``, where the column generation of :mod:`autotaccl.synth.packing` takes minutes
 beyond ~100 GPUs; on DGX-H100 x8 it also simulates faster (99.5% of the attainable bound at 1 GiB
@@ -36,15 +39,16 @@ SEARCH_BUDGET = 20_000    # placements of the exact labelling search (it finds o
 
 def rail_trees(graph: nx.DiGraph, links: Sequence[Edge], reverse: bool = False,
                senders: Mapping[int, frozenset[int]] | None = None,
-               efficiency: Mapping[str, float] | None = None) -> Packing:
-    """The rail trees of every rank over ``links`` (arguments as :func:`~autotaccl.synth.packing.pack_trees`).
+               efficiency: Mapping[str, float] | None = None, binomial: bool = False) -> Packing:
+    """The rail trees of every rank over ``links`` (arguments as :func:`~autotaccl.synth.packing.pack_trees`);
+    ``binomial``: reversed, reduce through binomial in-node trees (:func:`_spread_binomial`), not stars.
 
     On one node (a switch domain such as GB200 NVL72) a root's tree is its in-node tree alone. Raises
     ValueError naming what is missing: a rail or in-node link, or a root that may not send its own data
     off its node."""
     gpn, ranks = graph.graph["gpus_per_node"], graph.number_of_nodes()
     nodes = ranks // gpn
-    in_node = _spread_binomial(gpn) if reverse and nodes > 1 else _star(gpn)
+    in_node = _spread_binomial(gpn) if reverse and binomial else _star(gpn)
     usable = {(u, v) for u, v in links if graph.has_edge(*((v, u) if reverse else (u, v)))}
     trees = []
     for root in range(ranks):

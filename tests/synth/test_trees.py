@@ -217,6 +217,25 @@ def test_across_nodes_the_binomial_reduction_beats_the_star(topo, monkeypatch):
     assert simulate(binomial, g, G).time_us < 0.98 * simulate(star, g, G).time_us
 
 
+@pytest.mark.parametrize("size, star", [(G, True), (1 << 20, False)])
+def test_on_one_node_the_reductions_pipeline_through_stars_and_single_slices_through_binomial_trees(topo, size, star):
+    """One DGX-A100: at 1 GiB every reduce goes straight into the chunk's owner; at 1 MiB a root's data is
+    one slice, so the fan-in's serial latency shows and the binomial trees are faster."""
+    from autotaccl.synth import rails as module
+
+    g = topo("dgx-a100", 1)
+    lt = logical_topology(g, "reducescatter", default_sketch(g, "reducescatter"), size)
+    algorithm = rails(lt)
+    verify(algorithm, g)
+    k = algorithm.collective.chunkup
+    assert all(t.dst == t.chunks[0] // k for t in algorithm.transfers) == star
+    if not star:
+        binomial = simulate(algorithm, g, size).time_us
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(module, "_spread_binomial", _star)
+            assert binomial < 0.7 * simulate(rails(lt), g, size).time_us
+
+
 @pytest.mark.slow
 def test_on_eight_dgx_h100_the_rails_win_at_1g_and_end_the_search(topo, monkeypatch):
     """64 GPUs is a big configuration: the tree candidates go first, the rail trees first of them; they come

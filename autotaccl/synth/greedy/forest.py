@@ -24,7 +24,7 @@ import math
 from ...model.algorithm import Algorithm, Transfer, verify
 from ...model.collectives import Collective
 from ...model.topology import fingerprint
-from ...simulate import link_efficiency, protocol_terms
+from ...simulate import link_efficiency, protocol_terms, rounds
 from ...sketch.logical import LogicalTopology
 from ..packing import Packing, Tree, pack_trees
 from ..rails import rail_trees
@@ -54,13 +54,16 @@ def forest(lt: LogicalTopology) -> Algorithm:
 
 
 def rails(lt: LogicalTopology) -> Algorithm:
-    """The schedule of the rail trees (:mod:`autotaccl.synth.rails`): one tree per root, so one piece."""
+    """The schedule of the rail trees (:mod:`autotaccl.synth.rails`): one tree per root, so one piece. The
+    reductions go through binomial in-node trees where a NIC waits for them (across nodes) or where a
+    root's data is one slice of the runtime's pipeline (nothing overlaps the fan-in's latency)."""
     halves = _halves(lt)
     ranks = lt.collective.ranks
     if ranks * (ranks - 1) * len(halves) > MAX_RAIL_EDGES:
         raise NotApplicable(f"{ranks} ranks need more than {MAX_RAIL_EDGES} edges of rail trees")
+    binomial = ranks > lt.graph.graph["gpus_per_node"] or rounds(lt.chunk_bytes * lt.collective.chunkup) == 1
     try:
-        packs = [rail_trees(lt.graph, sorted(lt.edges), reverse, _senders(lt), link_efficiency(lt.graph))
+        packs = [rail_trees(lt.graph, sorted(lt.edges), reverse, _senders(lt), link_efficiency(lt.graph), binomial)
                  for reverse in halves]
     except ValueError as err:
         raise NotApplicable(str(err)) from None
