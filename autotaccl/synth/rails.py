@@ -39,9 +39,11 @@ SEARCH_BUDGET = 20_000    # placements of the exact labelling search (it finds o
 
 def rail_trees(graph: nx.DiGraph, links: Sequence[Edge], reverse: bool = False,
                senders: Mapping[int, frozenset[int]] | None = None,
-               efficiency: Mapping[str, float] | None = None, binomial: bool = False) -> Packing:
+               efficiency: Mapping[str, float] | None = None, binomial: bool = False,
+               shallow: bool = False) -> Packing:
     """The rail trees of every rank over ``links`` (arguments as :func:`~autotaccl.synth.packing.pack_trees`);
-    ``binomial``: reversed, reduce through binomial in-node trees (:func:`_spread_binomial`), not stars.
+    ``binomial``: reversed, reduce through binomial in-node trees (:func:`_spread_binomial`), not stars;
+    ``shallow``: across nodes, not a chain but a star (a binomial tree, reversed) over the rail's GPUs.
 
     On one node (a switch domain such as GB200 NVL72) a root's tree is its in-node tree alone. Raises
     ValueError naming what is missing: a rail or in-node link, or a root that may not send its own data
@@ -49,6 +51,7 @@ def rail_trees(graph: nx.DiGraph, links: Sequence[Edge], reverse: bool = False,
     gpn, ranks = graph.graph["gpus_per_node"], graph.number_of_nodes()
     nodes = ranks // gpn
     in_node = _spread_binomial(gpn) if reverse and binomial else _star(gpn)
+    across = (_spread_binomial(nodes) if reverse else _star(nodes)) if shallow else _chain(nodes)
     usable = {(u, v) for u, v in links if graph.has_edge(*((v, u) if reverse else (u, v)))}
     trees = []
     for root in range(ranks):
@@ -56,13 +59,18 @@ def rail_trees(graph: nx.DiGraph, links: Sequence[Edge], reverse: bool = False,
         if senders and root in senders and root not in senders[root]:
             raise ValueError(f"GPU {root} may not carry its own data off its node")
         rail = [((a + j) % nodes) * gpn + i for j in range(nodes)]
-        edges = list(zip(rail, rail[1:]))
+        edges = [(rail[x], rail[y]) for x, y in across]
         edges += [(hub - i + (i + x) % gpn, hub - i + (i + y) % gpn) for hub in rail for x, y in in_node]
         missing = next((e for e in edges if e not in usable), None)
         if missing:
             raise ValueError(f"rail trees need the link {missing[0]} -> {missing[1]}")
         trees.append(Tree(root, tuple(edges), 1.0))
     return Packing(tuple(trees), packing_ratio(graph, trees, reverse, efficiency))
+
+
+def _chain(n: int) -> tuple[tuple[int, int], ...]:
+    """``0 -> 1 -> ... -> n-1``."""
+    return tuple((x, x + 1) for x in range(n - 1))
 
 
 def _star(n: int) -> tuple[tuple[int, int], ...]:
@@ -75,12 +83,10 @@ def _spread_binomial(n: int) -> tuple[tuple[int, int], ...]:
     """The in-node tree of a reversed packing across nodes, over offsets from the hub, parents first: a
     binomial tree, whose reduction into the hub takes ``ceil(log2 n)`` serial steps. Its labels are chosen
     so that edges share an offset (child - parent mod ``n``) as little as possible: rotated to every hub,
-    an ordered GPU pair then carries one edge (at most two beyond ~20 GPUs, where the exact search gives
-    up), as with the star. The star where no labelling keeps every pair at one edge (4 or 5 GPUs)."""
+    an ordered GPU pair then carries one edge, as with the star (two, for a few pairs, where no such
+    labelling exists, on 4 or 5 GPUs, or the exact search gives up, beyond ~20)."""
     shape = _binomial(n)
     label = _distinct_offsets(shape, n, SEARCH_BUDGET)
-    if label is None and n < 6:
-        return _star(n)
     if label is None:                       # greedy: each child where its offset is least used so far
         label, used = {0: 0}, Counter()
         for parent, child in shape:

@@ -147,18 +147,23 @@ def test_no_trees_for_alltoall(topo):
 
 def test_rail_trees_meet_the_hand_computed_bound_on_three_nodes(topo):
     """3 nodes x 2 GPUs: a node receives 4 units through 2 x 10 GB/s NICs, x* = 0.2; the rail trees carry
-    exactly nodes - 1 = 2 units over every NIC hop, and 1 unit per tree through each hub's switch port."""
+    exactly nodes - 1 = 2 units over every NIC hop, and 1 unit per tree through each hub's switch port.
+    Shallow, the rail is a star from the root (reversed, a binomial tree: on 3 nodes also a star); every
+    NIC still carries 2 units, its own root's (out) and one of each other node's root (in)."""
     g = topo(SWITCHED_PAIR, 3)
     cap = g.graph["capacity"]
     assert gather_ratio(cap, list(g.nodes)) == pytest.approx(0.2)
-    for reverse in (False, True):
-        packing = rail_trees(g, sorted(g.edges), reverse)
+    for reverse, shallow in [(False, False), (True, False), (False, True), (True, True)]:
+        packing = rail_trees(g, sorted(g.edges), reverse, shallow=shallow)
         assert packing.ratio == pytest.approx(0.2)
         loads: dict = {}
         for t in packing.trees:
             assert spans(t.root, t.edges, 6) and t.weight == 1.0
-            assert [e for e in t.edges if e[0] // 2 != e[1] // 2] == \
-                [(t.root, (t.root + 2) % 6), ((t.root + 2) % 6, (t.root + 4) % 6)]      # along the rail
+            across = [e for e in t.edges if e[0] // 2 != e[1] // 2]
+            if shallow:
+                assert sorted(across) == sorted([(t.root, (t.root + 2) % 6), (t.root, (t.root + 4) % 6)])
+            else:
+                assert across == [(t.root, (t.root + 2) % 6), ((t.root + 2) % 6, (t.root + 4) % 6)]  # the rail
             for u, v in t.edges:
                 for arc in g.edges[(v, u) if reverse else (u, v)]["resources"]:
                     loads[arc] = loads.get(arc, 0.0) + t.weight
@@ -193,7 +198,7 @@ def _serial_steps(edges) -> int:
     return done[edges[0][0]]
 
 
-@pytest.mark.parametrize("n", [2, 3, 6, 7, 8, 16, 18, 24, 72])
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6, 7, 8, 16, 18, 24, 72])
 def test_the_binomial_in_node_tree_reduces_in_log_steps_and_spreads_over_every_gpu_pair(n):
     edges = _spread_binomial(n)
     assert spans(0, edges, n)
@@ -201,28 +206,25 @@ def test_the_binomial_in_node_tree_reduces_in_log_steps_and_spreads_over_every_g
     assert _serial_steps(_star(n)) == n - 1
     offsets = Counter((v - u) % n for u, v in edges)
     # rotated to every hub, an ordered GPU pair carries as many edges as its offset's count
-    assert max(offsets.values()) == (1 if n <= 18 else 2)
+    assert max(offsets.values()) == (2 if n in (4, 5) or n > 18 else 1)
 
 
 def test_across_nodes_the_binomial_reduction_beats_the_star(topo, monkeypatch):
     """Two DGX-H100 at 1 GiB: the star's seven serial reduces into every hub keep the NICs idle at the start."""
-    from autotaccl.synth import rails as module
-
     g = topo("dgx-h100", 2)
     lt = logical_topology(g, "reducescatter", default_sketch(g, "reducescatter"), G)
     binomial = rails(lt)
     verify(binomial, g)
-    monkeypatch.setattr(module, "_spread_binomial", _star)
+    monkeypatch.setattr("autotaccl.synth.rails._spread_binomial", _star)
     star = rails(lt)
     assert simulate(binomial, g, G).time_us < 0.98 * simulate(star, g, G).time_us
 
 
 @pytest.mark.parametrize("size, star", [(G, True), (1 << 20, False)])
-def test_on_one_node_the_reductions_pipeline_through_stars_and_single_slices_through_binomial_trees(topo, size, star):
+def test_on_one_node_the_reductions_pipeline_through_stars_and_single_slices_through_binomial_trees(topo, monkeypatch,
+                                                                                                   size, star):
     """One DGX-A100: at 1 GiB every reduce goes straight into the chunk's owner; at 1 MiB a root's data is
     one slice, so the fan-in's serial latency shows and the binomial trees are faster."""
-    from autotaccl.synth import rails as module
-
     g = topo("dgx-a100", 1)
     lt = logical_topology(g, "reducescatter", default_sketch(g, "reducescatter"), size)
     algorithm = rails(lt)
@@ -231,9 +233,24 @@ def test_on_one_node_the_reductions_pipeline_through_stars_and_single_slices_thr
     assert all(t.dst == t.chunks[0] // k for t in algorithm.transfers) == star
     if not star:
         binomial = simulate(algorithm, g, size).time_us
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(module, "_spread_binomial", _star)
-            assert binomial < 0.7 * simulate(rails(lt), g, size).time_us
+        monkeypatch.setattr("autotaccl.synth.rails._spread_binomial", _star)
+        assert binomial < 0.7 * simulate(rails(lt), g, size).time_us
+
+
+@pytest.mark.parametrize("size, chain", [(G, True), (1 << 20, False)])
+def test_the_rails_are_chains_at_large_sizes_and_stars_where_a_roots_data_is_one_slice(topo, monkeypatch, size,
+                                                                                      chain):
+    g = topo("dgx-h100", 4)
+    lt = logical_topology(g, "allgather", default_sketch(g, "allgather"), size)
+    algorithm = rails(lt)
+    verify(algorithm, g)
+    k, across = algorithm.collective.chunkup, [t for t in algorithm.transfers if t.src // 8 != t.dst // 8]
+    # a chain forwards other roots' data over the network; a star sends only the owner's own
+    assert any(t.src != t.chunks[0] // k for t in across) == chain
+    if not chain:      # the star's one network hop against the chain's three
+        star = simulate(algorithm, g, size).time_us
+        monkeypatch.setattr("autotaccl.synth.greedy.forest.MAX_SHALLOW_NODES", 1)
+        assert star < 0.8 * simulate(rails(lt), g, size).time_us
 
 
 @pytest.mark.slow
@@ -260,3 +277,19 @@ def test_the_rail_schedule_lowers_to_both_runtimes(topo):
     algorithm = rails(logical_topology(g, "allreduce", default_sketch(g, "allreduce"), G))
     assert check_xml(lower(algorithm)).valid
     assert len(lower_plan(algorithm, g).gpus) == 16
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("profile, nodes, collective", [("dgx-h100", 4, "allgather"), ("dgx-h100", 4, "reducescatter"),
+                                                        ("dgx-a100", 4, "allreduce")])
+def test_the_rail_schedules_at_1m_lower_to_both_runtimes(topo, profile, nodes, collective):
+    """Shallow rails give each NIC nodes - 1 peers; an AllReduce keeps its chains (with two shallow halves,
+    rank 0 of DGX-H100 x8 needed 88 thread blocks, and DGX-A100 x4 more than 64 operations in one)."""
+    from autotaccl.formats.msccl import check_xml, lower
+    from autotaccl.formats.mscclpp import lower_plan
+
+    g = topo(profile, nodes)
+    algorithm = rails(logical_topology(g, collective, default_sketch(g, collective), 1 << 20))
+    assert check_xml(lower(algorithm)).valid
+    assert len(lower_plan(algorithm, g).gpus) == g.number_of_nodes()
+

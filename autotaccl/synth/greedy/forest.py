@@ -37,6 +37,7 @@ MAX_PIECES = 4             # per root: enough to apportion it among its trees; t
 MIN_PIECES = 4             # fewer (more than ~150 ranks within the budget) and the weights are too coarse
 MIN_PIECE_BYTES = 256 << 10   # smaller pieces pay more latency than their pipelining saves
 MAX_CHANNELS = 4           # one thread block per channel and peer on each rank
+MAX_SHALLOW_NODES = 16    # a shallow rail tree gives each NIC nodes - 1 peers
 MAX_RAIL_EDGES = 600_000   # tree edges x halves (each on its channels): an AllReduce on 512 GPUs has 523 264
 HALVES = {"allgather": (False,), "reducescatter": (True,), "allreduce": (True, False)}
 _CACHE: dict[tuple, Packing] = {}
@@ -54,16 +55,24 @@ def forest(lt: LogicalTopology) -> Algorithm:
 
 
 def rails(lt: LogicalTopology) -> Algorithm:
-    """The schedule of the rail trees (:mod:`autotaccl.synth.rails`): one tree per root, so one piece. The
-    reductions go through binomial in-node trees where a NIC waits for them (across nodes) or where a
-    root's data is one slice of the runtime's pipeline (nothing overlaps the fan-in's latency)."""
+    """The schedule of the rail trees (:mod:`autotaccl.synth.rails`): one tree per root, so one piece.
+
+    Where a root's data is one slice of the runtime's pipeline, nothing overlaps the trees' depth, so the
+    reductions go through binomial in-node trees, and an AllGather's or ReduceScatter's rails are shallow
+    (a star across nodes, a binomial tree reversed; up to ``MAX_SHALLOW_NODES``, each NIC's peers). An
+    AllReduce keeps chains: its two shallow halves together need more thread blocks than an MSCCL++ plan
+    keeps resident (88 of 80 on DGX-H100 x8). At larger sizes the rails are chains, and the reductions go
+    through binomial in-node trees where a NIC waits for them (across nodes)."""
     halves = _halves(lt)
-    ranks = lt.collective.ranks
+    ranks, gpn = lt.collective.ranks, lt.graph.graph["gpus_per_node"]
     if ranks * (ranks - 1) * len(halves) > MAX_RAIL_EDGES:
         raise NotApplicable(f"{ranks} ranks need more than {MAX_RAIL_EDGES} edges of rail trees")
-    binomial = ranks > lt.graph.graph["gpus_per_node"] or rounds(lt.chunk_bytes * lt.collective.chunkup) == 1
+    one_slice = rounds(lt.chunk_bytes * lt.collective.chunkup) == 1
+    binomial = one_slice or ranks > gpn
+    shallow = one_slice and len(halves) == 1 and ranks <= MAX_SHALLOW_NODES * gpn
     try:
-        packs = [rail_trees(lt.graph, sorted(lt.edges), reverse, _senders(lt), link_efficiency(lt.graph), binomial)
+        packs = [rail_trees(lt.graph, sorted(lt.edges), reverse, _senders(lt), link_efficiency(lt.graph),
+                            binomial, shallow)
                  for reverse in halves]
     except ValueError as err:
         raise NotApplicable(str(err)) from None
