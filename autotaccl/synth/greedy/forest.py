@@ -5,7 +5,7 @@ up to ~150 GPUs) and the rail trees (:mod:`autotaccl.synth.rails`, multi-node, a
 Each root's buffer is cut into a few pieces (at most 4, none below 256 KiB; one for the rail trees,
 one tree per root), handed to its trees in proportion to their weights (largest remainder) and
 interleaved, so every tree sends all the time. Piece ``j`` of every root runs down its tree, parents
-first; the list goes piece by piece. The pipelining along a tree is the runtime's: it moves every
+first; the list goes piece by piece, level by level (:func:`lower`). The pipelining along a tree is the runtime's: it moves every
 transfer in slices (the simulator's rounds). More pieces would only multiply the transfers and thread
 blocks: 16 pieces on two DGX-H100 need 100 thread blocks on a rank, past the 80 an MSCCL++ plan can
 keep resident, and gain no time. A piece is one chunk per channel, moving side by side: as many
@@ -152,18 +152,27 @@ def channels(lt: LogicalTopology, pack: Packing) -> int:
 
 
 def lower(trees: tuple[Tree, ...], ranks: int, pieces: int, nchannels: int) -> list[Transfer]:
-    """Copies of every piece down its tree, piece by piece; a piece is ``nchannels`` chunks moving side by
-    side, one per channel (chunk ``(r * pieces + j) * nchannels + c``: part ``c`` of piece ``j`` of root ``r``)."""
+    """Copies of every piece down its tree; a piece is ``nchannels`` chunks moving side by side, one per
+    channel (chunk ``(r * pieces + j) * nchannels + c``: part ``c`` of piece ``j`` of root ``r``).
+
+    The list (the runtime's priority) goes piece by piece, and within a piece level by level: every root's
+    first hops, then their second, and so on. Run backwards, every root's reduction then climbs its tree
+    alongside the others' instead of queueing behind them (ReduceScatter on DGX-H100 x8 at 1 GiB: 88.2%
+    of the attainable bound against 84.1% root by root, AllReduce 95.0% against 89.0%)."""
     by_root: dict[int, list[Tree]] = {}
     for t in trees:
         by_root.setdefault(t.root, []).append(t)
     order = {r: interleave(ts, pieces) for r, ts in by_root.items()}
-    out = []
+    keyed = []
     for j in range(pieces):
         for r in range(ranks):
             first = (r * pieces + j) * nchannels
-            out.extend(Transfer((first + c,), u, v, 0, channel=c) for u, v in order[r][j].edges for c in range(nchannels))
-    return out
+            depth = {r: 0}
+            for n, (u, v) in enumerate(order[r][j].edges):
+                depth[v] = depth[u] + 1
+                keyed += [((j, depth[v], r, n, c), Transfer((first + c,), u, v, 0, channel=c)) for c in range(nchannels)]
+    keyed.sort(key=lambda entry: entry[0])
+    return [t for _, t in keyed]
 
 
 def interleave(trees: list[Tree], pieces: int) -> list[Tree]:
