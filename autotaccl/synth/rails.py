@@ -6,11 +6,13 @@ The tree of GPU ``i`` of node ``a`` is a chain along its rail (node ``a`` to ``a
 GPUs. Every NIC sends and receives ``nodes - 1`` units (one per other node's root on its rail), which is
 what the network cut forces on any AllGather, and every root's data crosses each node boundary once. The
 chain is deep, but the runtime pipelines every transfer in slices (the simulator's rounds), so its depth
-costs a few slices; a tree with fewer hops would give each NIC many more peers. On one node (a switch
-domain such as GB200 NVL72) a tree is its hub's in-node tree alone.
+costs a few slices; a tree with fewer hops gives each NIC many more peers, so it is built (``shallow``:
+a star from the root across the rail, a binomial tree for reductions) only where a root's data is too
+small to pipeline. On one node (a switch domain such as GB200 NVL72) a tree is its hub's in-node tree
+alone.
 
 The in-node tree is a star, rotated so that at any moment the GPUs send to different hubs, except for
-the reversed trees of a ReduceScatter across nodes: reduces into one buffer go one at a time, and a
+the reversed trees of a reduction across nodes: reduces into one buffer go one at a time, and a
 hub's sum can leave over the network only once its whole fan-in is in, so a star's ``gpn - 1`` serial
 reduces would idle the NICs at the start; a binomial tree's take ``ceil(log2 gpn)``
 (:func:`_spread_binomial`). On two DGX-H100, ReduceScatter at 1 GiB reaches 91.2% of the attainable
@@ -74,14 +76,14 @@ def _chain(n: int) -> tuple[tuple[int, int], ...]:
 
 
 def _star(n: int) -> tuple[tuple[int, int], ...]:
-    """The in-node tree of a forward packing, over offsets from the hub (0): every copy straight from it."""
+    """The star over ``n`` GPUs, as offsets from its hub (0): every copy straight from the hub."""
     return tuple((0, x) for x in range(1, n))
 
 
 @lru_cache(maxsize=None)
 def _spread_binomial(n: int) -> tuple[tuple[int, int], ...]:
-    """The in-node tree of a reversed packing across nodes, over offsets from the hub, parents first: a
-    binomial tree, whose reduction into the hub takes ``ceil(log2 n)`` serial steps. Its labels are chosen
+    """The reduction tree over ``n`` GPUs, as offsets from its hub (0), parents first: a binomial tree,
+    whose reduction into the hub takes ``ceil(log2 n)`` serial steps. Its labels are chosen
     so that edges share an offset (child - parent mod ``n``) as little as possible: rotated to every hub,
     an ordered GPU pair then carries one edge, as with the star (two, for a few pairs, where no such
     labelling exists, on 4 or 5 GPUs, or the exact search gives up, beyond ~20)."""

@@ -5,8 +5,8 @@ up to ~150 GPUs) and the rail trees (:mod:`autotaccl.synth.rails`, multi-node, a
 Each root's buffer is cut into a few pieces (at most 4, none below 256 KiB; one for the rail trees,
 one tree per root), handed to its trees in proportion to their weights (largest remainder) and
 interleaved, so every tree sends all the time. Piece ``j`` of every root runs down its tree, parents
-first; the list goes piece by piece, level by level (:func:`lower`). The pipelining along a tree is the runtime's: it moves every
-transfer in slices (the simulator's rounds). More pieces would only multiply the transfers and thread
+first; the list goes piece by piece, level by level (:func:`lower`). The pipelining along a tree is the
+runtime's: it moves every transfer in slices (the simulator's rounds). More pieces would only multiply the transfers and thread
 blocks: 16 pieces on two DGX-H100 need 100 thread blocks on a rank, past the 80 an MSCCL++ plan can
 keep resident, and gain no time. A piece is one chunk per channel, moving side by side: as many
 channels as the busiest link needs to carry its load at one thread block's ceiling each. The
