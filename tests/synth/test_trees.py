@@ -179,6 +179,15 @@ def test_rail_trees_need_the_rail_links_and_roots_that_may_send(topo):
         rail_trees(g, sorted(g.edges), senders={0: frozenset({1})})
 
 
+@pytest.mark.parametrize("collective", ["allgather", "reducescatter", "allreduce"])
+def test_the_rail_schedule_verifies_and_nears_the_attainable_bound_at_1g(topo, collective):
+    g = topo(SWITCHED_PAIR, 3)
+    algorithm = rails(logical_topology(g, collective, default_sketch(g, collective), G))
+    verify(algorithm, g)
+    assert algorithm.metadata["strategy"] == "rails" and algorithm.metadata["pieces"] == 1
+    assert simulate(algorithm, g, G).time_us <= attainable_us(g, collective, G) / 0.97
+
+
 @pytest.mark.parametrize("reverse", [False, True])
 def test_on_one_node_a_rail_tree_is_its_roots_star(topo, reverse):
     g = topo("dgx-a100", 1)
