@@ -101,13 +101,14 @@ def _spread_binomial(n: int) -> tuple[tuple[int, int], ...]:
 def _distinct_offsets(shape: list[tuple[int, int]], n: int, budget: int) -> dict[int, int] | None:
     """Labels ``0 .. n-1`` for ``shape``'s vertices (0 stays 0) whose edges all have distinct offsets, by
     depth-first search within ``budget`` placements; None if none was found."""
-    label, offsets, tries = {0: 0}, set(), [budget]
+    label, offsets, tries = {0: 0}, set(), budget
 
     def place(k: int) -> bool:
+        nonlocal tries
         if k == len(shape):
             return True
-        tries[0] -= 1
-        if tries[0] < 0:
+        tries -= 1
+        if tries < 0:
             return False
         parent, child = shape[k]
         for x in sorted(set(range(1, n)) - set(label.values())):
