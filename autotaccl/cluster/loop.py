@@ -226,14 +226,20 @@ class _Failed(RuntimeError):
 
 
 def record_trial(client, config, trial: FrozenTrial | optuna.Trial, state: str, reason: str,
-                 patient: bool = True) -> None:
+                 patient: bool = True, missing_only: bool = False) -> None:
     """The MLflow run of a trial that ended outside the objective's own accounting (``state`` FAIL or
-    PRUNED, with its reason): it replaces any run the trial has (``outbox.record_key``)."""
+    PRUNED, with its reason): it replaces any run the trial has (``outbox.record_key``), or with
+    ``missing_only`` is logged only if the trial has none. Workers record under the study's record lock,
+    so a reaper and a restarted worker's ``reconcile`` never both log one trial."""
     tags = {tracking.KIND: "trial", "state": state, "optuna.trial": trial.number, "optuna.study": config.study_name,
             "collective": config.collective, "verified": "false",
             "failure_reason" if state == "FAIL" else "prune_reason": reason[:5000]}
     if trial.user_attrs.get("interrupted"):
         tags["interrupted"] = "true"
-    outbox.log_run(client, config.out_dir, config.experiment_id, tracking.trial_run_name(trial.number, trial.params),
-                   patient=patient, key=outbox.trial_key(trial.number), parent_run_id=config.parent_run_id,
-                   params=dict(trial.params), tags=tags, state=state)
+    key = outbox.trial_key(trial.number)
+    with locks.Lock(config.storage, config.out_dir, f"records:{config.study_name}"):
+        if missing_only and outbox.has_run(client, config.experiment_id, outbox.record_key(config.parent_run_id, key)):
+            return
+        outbox.log_run(client, config.out_dir, config.experiment_id, tracking.trial_run_name(trial.number, trial.params),
+                       patient=patient, key=key, parent_run_id=config.parent_run_id, params=dict(trial.params),
+                       tags=tags, state=state)

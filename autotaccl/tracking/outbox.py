@@ -155,9 +155,18 @@ def _append(out_dir: str | Path, record: dict) -> Path:
     return path
 
 
+def _runs(client, experiment_id: str, record: str) -> list:
+    return client.search_runs([experiment_id], filter_string=f"tags.`{RECORD}` = '{record}'", max_results=100)
+
+
+def has_run(client, experiment_id: str, record: str) -> bool:
+    """Whether a run holds record key ``record``."""
+    return bool(_runs(client, experiment_id, record))
+
+
 def drop_runs(client, experiment_id: str, record: str) -> None:
     """Delete the runs holding record key ``record`` (an earlier attempt at the same run)."""
-    for run in client.search_runs([experiment_id], filter_string=f"tags.`{RECORD}` = '{record}'", max_results=100):
+    for run in _runs(client, experiment_id, record):
         client.delete_run(run.info.run_id)
 
 

@@ -164,7 +164,7 @@ def reconcile(client, config: SweepConfig, study: optuna.Study) -> None:
             continue
         reason = trial.user_attrs.get("failure_reason") or trial.user_attrs.get("prune_reason") or \
             "failed without a recorded reason"
-        record_trial(client, config, trial, trial.state.name, reason)
+        record_trial(client, config, trial, trial.state.name, reason, missing_only=True)   # a reaper may log it now
 
 
 

@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 
 from autotaccl.cluster.heartbeat import open_storage
 from autotaccl.tuning.sweep import counted
-from support import CLUSTER_SPACE, REPO, tune_cmd, unique, write_space
+from support import CLUSTER_SPACE, REPO, VENV_BIN, tune_cmd, unique, write_space
 
 pytestmark = pytest.mark.mpi
 
@@ -344,3 +344,51 @@ def test_ranks_die_with_a_sigkilled_worker(tmp_path):
     finally:
         for pid in ranks():
             os.kill(pid, signal.SIGKILL)
+
+
+_RECORDER = """
+import sys, time
+import optuna
+from optuna.distributions import IntDistribution
+from autotaccl import tracking
+from autotaccl.cluster.loop import record_trial
+from autotaccl.tuning.objective import SweepConfig
+
+config = SweepConfig.load(sys.argv[1])
+client = tracking.MlflowClient(config.tracking_uri)
+start, missing_only = float(sys.argv[2]), sys.argv[3] == "reconcile"
+for number in range(6):
+    trial = optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, params={"chunks": 2},
+                                      distributions={"chunks": IntDistribution(1, 4)})
+    trial.number = number
+    while time.time() < start + number:          # both processes start each trial together
+        time.sleep(0.001)
+    record_trial(client, config, trial, "FAIL", "reaped", missing_only=missing_only)
+"""
+
+
+def test_a_reaper_and_a_reconcile_recording_one_trial_at_once_leave_one_run(tmp_path, mlflow_server):
+    """The race of the killed-worker test, forced: a reaper and a restarted worker's reconcile log the same
+    failed trials at the same instant, six times over; the study's record lock leaves one run per trial."""
+    import time
+
+    from autotaccl import tracking
+    from autotaccl.tuning.objective import SweepConfig
+
+    client = tracking.MlflowClient(mlflow_server.uri)
+    study = unique("record-race")
+    experiment_id = client.create_experiment(study)
+    parent = client.create_run(experiment_id).info.run_id
+    config = SweepConfig(space="-", collective="allgather", out_dir=str(tmp_path / "out"),
+                         storage=str(tmp_path / "shared" / "study.journal"), study_name=study,
+                         tracking_uri=mlflow_server.uri, experiment_id=experiment_id, parent_run_id=parent,
+                         reference="-")
+    config.save(tmp_path / "config.json")
+    start = time.time() + 8                      # both interpreters have imported MLflow by then
+    procs = [subprocess.Popen([str(VENV_BIN / "python"), "-c", _RECORDER, str(tmp_path / "config.json"),
+                               str(start), role], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for role in ("reaper", "reconcile")]
+    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    runs = mlflow.MlflowClient(mlflow_server.uri).search_runs([experiment_id], "tags.`autotaccl.kind` = 'trial'")
+    assert sorted(int(r.data.tags["optuna.trial"]) for r in runs) == list(range(6))
