@@ -8,8 +8,9 @@ what the network cut forces on any AllGather, and every root's data crosses each
 chain is deep, but the runtime pipelines every transfer in slices (the simulator's rounds), so its depth
 costs a few slices; a tree with fewer hops gives each NIC many more peers, so it is built (``shallow``:
 a star from the root across the rail, a binomial tree for reductions) only where a root's data is too
-small to pipeline. On one node (a switch domain such as GB200 NVL72) a tree is its hub's in-node tree
-alone.
+small to pipeline. On many nodes the rail is two chains from the root, each over half the other nodes
+(half the depth, the same load on every NIC). On one node (a switch domain such as GB200 NVL72) a tree
+is its hub's in-node tree alone.
 
 Where a sketch sends a root's data off its node through another GPU (TACCL's relay sketches), the chain
 leaves through that gateway, and the GPUs where more data enters than elsewhere relay part of it
@@ -49,10 +50,11 @@ SEARCH_BUDGET = 20_000    # placements of the exact labelling search (it finds o
 def rail_trees(graph: nx.DiGraph, links: Sequence[Edge], reverse: bool = False,
                senders: Mapping[int, frozenset[int]] | None = None,
                efficiency: Mapping[str, float] | None = None, binomial: bool = False,
-               shallow: bool = False) -> Packing:
+               shallow: bool = False, chains: int = 1) -> Packing:
     """The rail trees of every rank over ``links`` (arguments as :func:`~autotaccl.synth.packing.pack_trees`);
     ``binomial``: reversed, reduce through binomial in-node trees (:func:`_spread_binomial`), not stars;
-    ``shallow``: across nodes, not a chain but a star (a binomial tree, reversed) over the rail's GPUs.
+    ``shallow``: across nodes, not a chain but a star (a binomial tree, reversed) over the rail's GPUs;
+    ``chains``: else that many chains from the root, each over a run of the next nodes (:func:`_chains`).
 
     On one node (a switch domain such as GB200 NVL72) a root's tree is its in-node tree alone. Raises
     ValueError naming what is missing: a rail or in-node link, or a root that may not send its own data
@@ -60,7 +62,7 @@ def rail_trees(graph: nx.DiGraph, links: Sequence[Edge], reverse: bool = False,
     gpn, ranks = graph.graph["gpus_per_node"], graph.number_of_nodes()
     nodes = ranks // gpn
     in_node = _spread_binomial(gpn) if reverse and binomial else _star(gpn)
-    across = (_spread_binomial(nodes) if reverse else _star(nodes)) if shallow else _chain(nodes)
+    across = (_spread_binomial(nodes) if reverse else _star(nodes)) if shallow else _chains(nodes, chains)
     usable = {(u, v) for u, v in links if graph.has_edge(*((v, u) if reverse else (u, v)))}
     crossings = {}                  # per root: where its data enters each node (its hubs), and the links it takes
     for root in range(ranks):
@@ -178,9 +180,11 @@ def _parents_first(root: int, edges: list[Edge]) -> tuple[Edge, ...]:
     return tuple(out)
 
 
-def _chain(n: int) -> tuple[tuple[int, int], ...]:
-    """``0 -> 1 -> ... -> n-1``."""
-    return tuple((x, x + 1) for x in range(n - 1))
+def _chains(n: int, ways: int = 1) -> tuple[tuple[int, int], ...]:
+    """``ways`` chains from 0 over ``1 .. n-1`` split into consecutive runs: ``0 -> 1 -> ... -> n-1`` for
+    one, ``0 -> 1 -> ... -> h`` and ``0 -> h+1 -> ... -> n-1`` for two."""
+    ends = [round(j * (n - 1) / ways) for j in range(ways + 1)]
+    return tuple((x - 1 if x > ends[j] + 1 else 0, x) for j in range(ways) for x in range(ends[j] + 1, ends[j + 1] + 1))
 
 
 def _star(n: int) -> tuple[tuple[int, int], ...]:

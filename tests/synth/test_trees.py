@@ -17,7 +17,7 @@ from autotaccl.sketch import default_sketch, load_sketch, logical_topology
 from autotaccl.synth.greedy.forest import _senders, forest, rails
 from autotaccl.synth.greedy.select import candidates, greedy
 from autotaccl.synth.packing import _arborescence, pack_trees
-from autotaccl.synth.rails import _spread_binomial, _star, rail_trees
+from autotaccl.synth.rails import _chains, _spread_binomial, _star, rail_trees
 from support import SKETCHES
 
 K, G = 1 << 10, 1 << 30
@@ -347,3 +347,28 @@ def test_through_a_relay_sketch_the_rails_enter_at_its_gateways_and_relay_to_eve
     algorithm = rails(lt)
     verify(algorithm, g)
     assert simulate(algorithm, g, G).time_us <= attainable_us(g, "allgather", G) / 0.75
+
+
+@pytest.mark.parametrize("n,ways,expected", [
+    (5, 1, [(0, 1), (1, 2), (2, 3), (3, 4)]),
+    (8, 2, [(0, 1), (1, 2), (2, 3), (3, 4), (0, 5), (5, 6), (6, 7)]),
+    (2, 2, [(0, 1)]),
+])
+def test_a_rail_is_one_chain_or_two_over_consecutive_runs_of_nodes(n, ways, expected):
+    assert list(_chains(n, ways)) == expected
+
+
+@pytest.mark.parametrize("nodes,starts", [(16, 1), (18, 2)])
+def test_beyond_16_nodes_a_root_starts_two_chains_and_every_nic_still_carries_its_cut(topo, nodes, starts):
+    """Two chains keep the load of a single one: every tree crosses each node boundary once, so each NIC
+    still sends and receives nodes - 1 units; the schedule verifies and each root's data leaves its node
+    ``starts`` times."""
+    g = topo(SWITCHED_PAIR, nodes)
+    packing = rail_trees(g, sorted(g.edges), chains=starts)
+    loads = Counter(arc for t in packing.trees for e in t.edges for arc in g.edges[e]["resources"])
+    network = [arc for arc in g.graph["capacity"].edges if "net" in arc]
+    assert network and all(loads[arc] == nodes - 1 for arc in network)
+    algorithm = rails(logical_topology(g, "allgather", default_sketch(g, "allgather"), G))
+    verify(algorithm, g)
+    leaving = [t for t in algorithm.transfers if t.chunks == (0,) and t.src // 2 == 0 and t.dst // 2 != 0]
+    assert len(leaving) == starts
