@@ -57,20 +57,23 @@ def rail_trees(graph: nx.DiGraph, links: Sequence[Edge], reverse: bool = False,
     ``chains``: else that many chains from the root, each over a run of the next nodes (:func:`_chains`).
 
     On one node (a switch domain such as GB200 NVL72) a root's tree is its in-node tree alone. Raises
-    ValueError naming what is missing: a rail or in-node link, or a root that may not send its own data
-    off its node."""
+    ValueError naming what is missing: a link into a node (from the sketch's senders) or an in-node link."""
     gpn, ranks = graph.graph["gpus_per_node"], graph.number_of_nodes()
     nodes = ranks // gpn
     in_node = _spread_binomial(gpn) if reverse and binomial else _star(gpn)
     across = (_spread_binomial(nodes) if reverse else _star(nodes)) if shallow else _chains(nodes, chains)
     usable = {(u, v) for u, v in links if graph.has_edge(*((v, u) if reverse else (u, v)))}
+    network: dict[tuple[int, int], set[Edge]] = {}        # (node, node): the links from one into the other
+    for u, v in usable:
+        if u // gpn != v // gpn:
+            network.setdefault((u // gpn, v // gpn), set()).add((u, v))
     crossings = {}                  # per root: where its data enters each node (its hubs), and the links it takes
     for root in range(ranks):
         a = root // gpn
         hubs, edges = {0: root}, []        # keyed by node offset from the root's
         for x, y in across:
             allowed = (senders or {}).get(root) if x == 0 else None
-            sender, hubs[y] = _crossing(usable, hubs[x], (a + y) % nodes, gpn, allowed)
+            sender, hubs[y] = _crossing(network, hubs[x], (a + y) % nodes, gpn, allowed)
             edges.append((sender, hubs[y]))
         crossings[root] = (list(hubs.values()), edges)
     entries = Counter(hub for hubs, _ in crossings.values() for hub in hubs)
@@ -151,16 +154,17 @@ class _Relayed:
         return edges
 
 
-def _crossing(usable: set[Edge], hub: int, node: int, gpn: int, allowed: frozenset[int] | None) -> Edge:
+def _crossing(network: Mapping[tuple[int, int], set[Edge]], hub: int, node: int, gpn: int,
+              allowed: frozenset[int] | None) -> Edge:
     """The link that takes data held by ``hub`` into ``node``: from ``hub`` to its rail GPU there, else
     from the GPU of ``hub``'s node that follows it cyclically among those with a link into ``node`` (and
     in ``allowed``, the sketch's senders), to its lowest-numbered GPU there; the hub's in-node tree reaches
     that gateway. Raises ValueError if there is none."""
+    links = network.get((hub // gpn, node), set())
     rail = node * gpn + hub % gpn
-    if (allowed is None or hub in allowed) and (hub, rail) in usable:
+    if (allowed is None or hub in allowed) and (hub, rail) in links:
         return hub, rail
-    gateways = sorted((((u - hub) % gpn, u), v) for u, v in usable
-                      if u // gpn == hub // gpn and v // gpn == node and (allowed is None or u in allowed))
+    gateways = sorted((((u - hub) % gpn, u), v) for u, v in links if allowed is None or u in allowed)
     if not gateways:
         raise ValueError(f"rail trees need a link from GPU {hub}'s node to node {node}"
                          + (f" from one of GPUs {sorted(allowed)}" if allowed is not None else ""))
