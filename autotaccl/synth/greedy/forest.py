@@ -27,7 +27,7 @@ from ...model.topology import fingerprint
 from ...simulate import link_efficiency, protocol_terms, rounds
 from ...sketch.logical import LogicalTopology
 from ..packing import Packing, Tree, pack_trees
-from ..rails import rail_trees
+from ..rails import SPILL_PIECES, rail_trees
 from ..reductions import reverse_gather, sequence
 from .schedule import assign_steps
 from .strategy import NotApplicable
@@ -55,8 +55,10 @@ def forest(lt: LogicalTopology) -> Algorithm:
     return _schedule(lt, [packing(lt, reverse) for reverse in halves], "trees")
 
 
-def rails(lt: LogicalTopology) -> Algorithm:
-    """The schedule of the rail trees (:mod:`autotaccl.synth.rails`): one tree per root, so one piece.
+def rails(lt: LogicalTopology, spill: bool = False) -> Algorithm:
+    """The schedule of the rail trees (:mod:`autotaccl.synth.rails`): one tree per root, so one piece;
+    ``spill``: the spilled rail trees (``SPILL_PIECES`` pieces), NotApplicable where spilling does not
+    lower the packing's ratio.
 
     Where a root's data is one slice of the runtime's pipeline, nothing overlaps the trees' depth, so the
     reductions go through binomial in-node trees, and an AllGather's or ReduceScatter's rails are shallow
@@ -78,11 +80,14 @@ def rails(lt: LogicalTopology) -> Algorithm:
     chains = 2 if ranks > MAX_CHAIN_NODES * gpn else 1
     try:
         packs = [rail_trees(lt.graph, sorted(lt.edges), reverse, _senders(lt), link_efficiency(lt.graph),
-                            binomial, shallow, chains)
+                            binomial, shallow, chains, spill)
                  for reverse in halves]
     except ValueError as err:
         raise NotApplicable(str(err)) from None
-    return _schedule(lt, packs, "rails", pieces=1)
+    spilled = any(len(p.trees) > ranks for p in packs)
+    if spill and not spilled:
+        raise NotApplicable("spilling over more NICs does not lower the rail packing's ratio")
+    return _schedule(lt, packs, "rails", pieces=SPILL_PIECES if spilled else 1)
 
 
 def _halves(lt: LogicalTopology) -> tuple[bool, ...]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from functools import partial
 from typing import Iterator
 
 from ...model.algorithm import Algorithm, verify
@@ -71,7 +72,8 @@ def _strategies(lt: LogicalTopology, batching: bool, window: int | None, big: bo
 
 
 def _trees(lt: LogicalTopology) -> Iterator[Candidate]:
-    for name, build in (("rails", rails), ("trees", forest)):    # the cheap one first: at the bound, no LP
+    builders = (("rails", rails), ("spilled rails", partial(rails, spill=True)), ("trees", forest))
+    for name, build in builders:              # the cheap ones first: at the bound, no LP
         try:
             yield Candidate(build(lt), f"greedy {name}")
         except NotApplicable as why:
