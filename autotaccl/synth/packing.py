@@ -111,7 +111,7 @@ def pack_trees(graph: nx.DiGraph, links: Sequence[Edge], reverse: bool = False,
     else:
         log.warning("tree packing on %s: stopped after %d rounds at ratio %.6g (not proven optimal)",
                     graph.graph.get("name"), MAX_ROUNDS, ratio)
-    trees = tuple(Tree(r, _breadth_first(r, edges), w) for (r, edges), w in zip(columns, weights) if w > TOL)
+    trees = tuple(Tree(r, breadth_first(r, sorted(edges)), w) for (r, edges), w in zip(columns, weights) if w > TOL)
     trees = _normalised(trees)
     expanded = tuple(Tree((t.root + s) % ranks, tuple(translate(e, s) for e in t.edges), t.weight)
                      for s in shifts for t in trees)
@@ -317,16 +317,14 @@ def _hops(root: int, links: Sequence[Edge]) -> dict[int, int]:
     return hops
 
 
-def _breadth_first(root: int, edges: Sequence[Edge]) -> tuple[Edge, ...]:
+def breadth_first(root: int, edges: Sequence[Edge]) -> tuple[Edge, ...]:
+    """A tree's edges, breadth first from ``root`` (each sender reached before its edges), each node's
+    children in their order in ``edges``."""
     children: dict[int, list[int]] = {}
     for u, v in edges:
         children.setdefault(u, []).append(v)
     out, frontier = [], [root]
     while frontier:
-        nxt = []
-        for u in frontier:
-            for v in sorted(children.get(u, ())):
-                out.append((u, v))
-                nxt.append(v)
-        frontier = nxt
+        out += [(u, v) for u in frontier for v in children.get(u, ())]
+        frontier = [v for u in frontier for v in children.get(u, ())]
     return tuple(out)

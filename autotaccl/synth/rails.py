@@ -48,7 +48,7 @@ from typing import Mapping, Sequence
 
 import networkx as nx
 
-from .packing import Edge, Packing, Tree, packing_ratio
+from .packing import Edge, Packing, Tree, breadth_first, packing_ratio
 
 SPILL_PIECES = 3          # pieces per root of a spilled rail packing
 SEARCH_BUDGET = 20_000    # placements of the exact labelling search (it finds one up to ~20 GPUs in a few thousand)
@@ -94,7 +94,7 @@ def rail_trees(graph: nx.DiGraph, links: Sequence[Edge], reverse: bool = False,
         missing = next((e for e in edges if e not in usable), None)
         if missing:
             raise ValueError(f"rail trees need the link {missing[0]} -> {missing[1]}")
-        trees.append(Tree(root, _parents_first(root, edges), 1.0))
+        trees.append(Tree(root, breadth_first(root, edges), 1.0))
     plain = Packing(tuple(trees), packing_ratio(graph, trees, reverse, efficiency))
     if not (spill and even and nodes > 1):
         return plain
@@ -122,7 +122,7 @@ def _spilled(graph: nx.DiGraph, trees: list[Tree], usable: set[Edge], k: int, re
                 if extra not in usable or parent is None or parent[0] // gpn != v // gpn:
                     return None
                 edges[edges.index(parent)] = extra
-            out.append(Tree(t.root, _parents_first(t.root, edges), 1 / SPILL_PIECES))
+            out.append(Tree(t.root, breadth_first(t.root, edges), 1 / SPILL_PIECES))
     return Packing(tuple(out), packing_ratio(graph, out, reverse, efficiency))
 
 
@@ -206,18 +206,6 @@ def _crossing(network: Mapping[tuple[int, int], set[Edge]], hub: int, node: int,
                          + (f" from one of GPUs {sorted(allowed)}" if allowed is not None else ""))
     (_, sender), receiver = gateways[0]
     return sender, receiver
-
-
-def _parents_first(root: int, edges: list[Edge]) -> tuple[Edge, ...]:
-    """A tree's edges ordered so that each one's sender is reached before it (breadth first from ``root``)."""
-    children: dict[int, list[int]] = {}
-    for u, v in edges:
-        children.setdefault(u, []).append(v)
-    out, frontier = [], [root]
-    while frontier:
-        out += [(u, v) for u in frontier for v in children.get(u, ())]
-        frontier = [v for u in frontier for v in children.get(u, ())]
-    return tuple(out)
 
 
 def _chains(n: int, ways: int = 1) -> tuple[tuple[int, int], ...]:
