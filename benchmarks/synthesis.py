@@ -125,6 +125,7 @@ FABRICS = [("dgx-h100-rail", 2), ("dgx-b200", 2), ("gb200-nvl72", 1)]
 SCALE = [("dgx-h100", 32), ("dgx-h100", 64)]
 INSTANCES = (1, 2, 4, 8)
 PROTOCOLS = ("LL", "LL128", "Simple")
+MAX_LOWERED_GPUS = 128
 
 
 def measure(hardware: str, nodes: int, collective: str, engine: str, time_limit: float) -> dict:
@@ -154,13 +155,21 @@ def measure(hardware: str, nodes: int, collective: str, engine: str, time_limit:
 
 def exportable_best(algorithm, graph, size: int) -> tuple[float, str]:
     """The least simulated time over protocols and instance counts whose MSCCL XML lowering fits the
-    runtime's limits (thread blocks, channels): what a tuned per-size table can ship; and how it runs."""
-    timed = sorted((simulate(algorithm, graph, size, p, i).time_us, p, i) for p in PROTOCOLS for i in INSTANCES)
-    for time_us, protocol, instances in timed:
-        try:
-            lower(algorithm, LoweringOptions(instances=instances, proto=protocol))
-        except LoweringError:
+    runtime's limits (thread blocks, channels): what a tuned per-size table can ship; and how it runs.
+    An instance count that does not fit rules out the larger ones (they need more thread blocks). Beyond
+    ``MAX_LOWERED_GPUS`` (the scale rows, where 1 MiB is not a target) one instance, not lowered."""
+    counts = INSTANCES if graph.number_of_nodes() <= MAX_LOWERED_GPUS else (1,)
+    timed = sorted((simulate(algorithm, graph, size, p, i).time_us, i, p) for p in PROTOCOLS for i in counts)
+    too_many = None
+    for time_us, instances, protocol in timed:
+        if too_many is not None and instances >= too_many:
             continue
+        if len(counts) > 1:
+            try:
+                lower(algorithm, LoweringOptions(instances=instances, proto=protocol))
+            except LoweringError:
+                too_many = instances
+                continue
         return time_us, f"{protocol} x{instances}"
     raise InfeasibleError(f"no protocol and instance count of {algorithm.name} lowers to MSCCL XML")
 
