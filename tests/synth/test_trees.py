@@ -292,14 +292,27 @@ def test_on_eight_dgx_h100_the_rails_win_at_1g_and_end_the_search(topo, monkeypa
 
 
 @pytest.mark.slow
-def test_the_rail_schedule_lowers_to_both_runtimes(topo):
+@pytest.mark.parametrize("spill", [False, True])
+def test_the_rail_schedule_lowers_to_both_runtimes(topo, spill):
     from autotaccl.formats.msccl import check_xml, lower
     from autotaccl.formats.mscclpp import lower_plan
 
     g = topo("dgx-h100", 2)
-    algorithm = rails(logical_topology(g, "allreduce", default_sketch(g, "allreduce"), G))
+    algorithm = rails(logical_topology(g, "allreduce", default_sketch(g, "allreduce"), G), spill=spill)
+    assert algorithm.metadata["pieces"] == (3 if spill else 1)
     assert check_xml(lower(algorithm)).valid
     assert len(lower_plan(algorithm, g).gpus) == 16
+
+
+@pytest.mark.slow
+def test_the_rails_through_a_relay_sketch_lower_to_both_runtimes(topo):
+    from autotaccl.formats.msccl import check_xml, lower
+    from autotaccl.formats.mscclpp import lower_plan
+
+    g = topo("dgx2", 2)
+    algorithm = rails(logical_topology(g, "allreduce", load_sketch(SKETCHES / "sk1-dgx2-n2.json"), G))
+    assert check_xml(lower(algorithm)).valid
+    assert len(lower_plan(algorithm, g).gpus) == 32
 
 
 @pytest.mark.slow
@@ -315,7 +328,6 @@ def test_the_rail_schedules_at_1m_lower_to_both_runtimes(topo, profile, nodes, c
     algorithm = rails(logical_topology(g, collective, default_sketch(g, collective), 1 << 20))
     assert check_xml(lower(algorithm)).valid
     assert len(lower_plan(algorithm, g).gpus) == g.number_of_nodes()
-
 
 
 def test_on_dgx2_the_default_sketch_maps_every_gpu_to_its_peer_so_the_rails_apply(topo):
