@@ -110,19 +110,20 @@ def _spilled(graph: nx.DiGraph, trees: list[Tree], usable: set[Edge], k: int, re
     gpn = graph.graph["gpus_per_node"]
     out = []
     for t in trees:
-        out.append(Tree(t.root, t.edges, (SPILL_PIECES - k) / SPILL_PIECES))
+        if k < SPILL_PIECES:
+            out.append(Tree(t.root, t.edges, (SPILL_PIECES - k) / SPILL_PIECES))
         for q in range(k):
-            edges = list(t.edges)
+            shift = 1 + q * (gpn - 1) // SPILL_PIECES
+            into = {v: (u, v) for u, v in t.edges}          # each GPU's edge in, in the tree's order
             for u, v in t.edges:
                 if u // gpn == v // gpn:
                     continue
-                shift = 1 + q * (gpn - 1) // SPILL_PIECES
                 extra = (u - u % gpn + (u + shift) % gpn, v - v % gpn + (v + shift) % gpn)
-                parent = next((e for e in edges if e[1] == extra[1]), None)
+                parent = into.get(extra[1])
                 if extra not in usable or parent is None or parent[0] // gpn != v // gpn:
                     return None
-                edges[edges.index(parent)] = extra
-            out.append(Tree(t.root, breadth_first(t.root, edges), 1 / SPILL_PIECES))
+                into[extra[1]] = extra
+            out.append(Tree(t.root, breadth_first(t.root, list(into.values())), 1 / SPILL_PIECES))
     return Packing(tuple(out), packing_ratio(graph, out, reverse, efficiency))
 
 
