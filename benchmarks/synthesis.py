@@ -158,13 +158,14 @@ def exportable_best(algorithm, graph, size: int) -> tuple[float, str]:
     runtime's limits (thread blocks, channels): what a tuned per-size table can ship; and how it runs.
     An instance count that does not fit rules out the larger ones (they need more thread blocks). Beyond
     ``MAX_LOWERED_GPUS`` (the scale rows, where 1 MiB is not a target) one instance, not lowered."""
-    counts = INSTANCES if graph.number_of_nodes() <= MAX_LOWERED_GPUS else (1,)
+    lowered = graph.number_of_nodes() <= MAX_LOWERED_GPUS
+    counts = INSTANCES if lowered else (1,)
     timed = sorted((simulate(algorithm, graph, size, p, i).time_us, i, p) for p in PROTOCOLS for i in counts)
     too_many = None
     for time_us, instances, protocol in timed:
         if too_many is not None and instances >= too_many:
             continue
-        if len(counts) > 1:
+        if lowered:
             try:
                 lower(algorithm, LoweringOptions(instances=instances, proto=protocol))
             except LoweringError:

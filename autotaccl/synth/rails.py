@@ -57,12 +57,11 @@ SEARCH_BUDGET = 20_000    # placements of the exact labelling search (it finds o
 def rail_trees(graph: nx.DiGraph, links: Sequence[Edge], reverse: bool = False,
                senders: Mapping[int, frozenset[int]] | None = None,
                efficiency: Mapping[str, float] | None = None, binomial: bool = False,
-               shallow: bool = False, chains: int = 1, spill: bool = False) -> Packing:
+               shallow: bool = False, chains: int = 1) -> Packing:
     """The rail trees of every rank over ``links`` (arguments as :func:`~autotaccl.synth.packing.pack_trees`);
     ``binomial``: reversed, reduce through binomial in-node trees (:func:`_spread_binomial`), not stars;
     ``shallow``: across nodes, not a chain but a star (a binomial tree, reversed) over the rail's GPUs;
-    ``chains``: else that many chains from the root, each over a run of the next nodes (:func:`_chains`);
-    ``spill``: on even rails, the spilled packing (:func:`_spilled`) of the ``k`` with the least ratio.
+    ``chains``: else that many chains from the root, each over a run of the next nodes (:func:`_chains`).
 
     On one node (a switch domain such as GB200 NVL72) a root's tree is its in-node tree alone. Raises
     ValueError naming what is missing: a link into a node (from the sketch's senders) or an in-node link."""
@@ -95,11 +94,23 @@ def rail_trees(graph: nx.DiGraph, links: Sequence[Edge], reverse: bool = False,
         if missing:
             raise ValueError(f"rail trees need the link {missing[0]} -> {missing[1]}")
         trees.append(Tree(root, breadth_first(root, edges), 1.0))
-    plain = Packing(tuple(trees), packing_ratio(graph, trees, reverse, efficiency))
-    if not (spill and even and nodes > 1):
-        return plain
-    options = [plain] + [_spilled(graph, trees, usable, k, reverse, efficiency) for k in range(1, SPILL_PIECES + 1)]
-    return min((p for p in options if p is not None), key=lambda p: p.ratio)
+    return Packing(tuple(trees), packing_ratio(graph, trees, reverse, efficiency))
+
+
+def spilled(graph: nx.DiGraph, plain: Packing, links: Sequence[Edge], reverse: bool = False,
+            efficiency: Mapping[str, float] | None = None) -> Packing | None:
+    """The spilled packing (:func:`_spilled`) of the ``k`` with the least ratio, of the rail trees
+    ``plain`` (as :func:`rail_trees` built them over ``links``); None where none has a lower ratio, and
+    on one node or uneven rails (data entering some GPUs more often, :class:`_Relayed`)."""
+    gpn, ranks = graph.graph["gpus_per_node"], graph.number_of_nodes()
+    entries = Counter(v for t in plain.trees for u, v in t.edges if u // gpn != v // gpn)
+    entries.update(t.root for t in plain.trees)
+    if ranks == gpn or len(entries) != ranks or len(set(entries.values())) != 1:
+        return None
+    usable = {(u, v) for u, v in links if graph.has_edge(*((v, u) if reverse else (u, v)))}
+    options = [_spilled(graph, list(plain.trees), usable, k, reverse, efficiency) for k in range(1, SPILL_PIECES + 1)]
+    best = min((p for p in options if p is not None), key=lambda p: p.ratio, default=None)
+    return best if best is not None and best.ratio < plain.ratio else None
 
 
 def _spilled(graph: nx.DiGraph, trees: list[Tree], usable: set[Edge], k: int, reverse: bool,

@@ -14,10 +14,11 @@ from autotaccl.model.algorithm import verify
 from autotaccl.selection import attainable_us, fastest
 from autotaccl.simulate import simulate
 from autotaccl.sketch import default_sketch, load_sketch, logical_topology
-from autotaccl.synth.greedy.forest import _senders, forest, rails
+from autotaccl.synth.greedy.forest import _senders, forest, rail_schedules, rails
 from autotaccl.synth.greedy.select import candidates, greedy
 from autotaccl.synth.packing import _arborescence, pack_trees
 from autotaccl.synth.rails import _chains, _spread_binomial, _star, rail_trees
+from autotaccl.synth.rails import spilled as spill_rails
 from support import SKETCHES
 
 K, G = 1 << 10, 1 << 30
@@ -298,7 +299,7 @@ def test_the_rail_schedule_lowers_to_both_runtimes(topo, spill):
     from autotaccl.formats.mscclpp import lower_plan
 
     g = topo("dgx-h100", 2)
-    algorithm = rails(logical_topology(g, "allreduce", default_sketch(g, "allreduce"), G), spill=spill)
+    algorithm = list(rail_schedules(logical_topology(g, "allreduce", default_sketch(g, "allreduce"), G)))[spill]
     assert algorithm.metadata["pieces"] == (3 if spill else 1)
     assert check_xml(lower(algorithm)).valid
     assert len(lower_plan(algorithm, g).gpus) == 16
@@ -395,7 +396,7 @@ def test_spilled_rails_move_copies_from_nvlink_to_the_idle_nics_on_two_dgx_h100(
 
     g = topo("dgx-h100", 2)
     plain = rail_trees(g, sorted(g.edges), efficiency=link_efficiency(g))
-    spilled = rail_trees(g, sorted(g.edges), efficiency=link_efficiency(g), spill=True)
+    spilled = spill_rails(g, plain, sorted(g.edges), efficiency=link_efficiency(g))
     assert spilled.ratio < plain.ratio
     assert SPILL_PIECES == 3 and len(spilled.trees) == 3 * 16
     for root in range(16):

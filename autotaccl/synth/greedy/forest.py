@@ -20,6 +20,7 @@ leave each root's node only through its senders. AllToAll and Broadcast get no c
 from __future__ import annotations
 
 import math
+from typing import Iterator
 
 from ...model.algorithm import Algorithm, Transfer, verify
 from ...model.collectives import Collective
@@ -27,7 +28,7 @@ from ...model.topology import fingerprint
 from ...simulate import link_efficiency, protocol_terms, rounds
 from ...sketch.logical import LogicalTopology
 from ..packing import Packing, Tree, pack_trees
-from ..rails import SPILL_PIECES, rail_trees
+from ..rails import SPILL_PIECES, rail_trees, spilled
 from ..reductions import reverse_gather, sequence
 from .schedule import assign_steps
 from .strategy import NotApplicable
@@ -55,10 +56,15 @@ def forest(lt: LogicalTopology) -> Algorithm:
     return _schedule(lt, [packing(lt, reverse) for reverse in halves], "trees")
 
 
-def rails(lt: LogicalTopology, spill: bool = False) -> Algorithm:
-    """The schedule of the rail trees (:mod:`autotaccl.synth.rails`): one tree per root, so one piece;
-    ``spill``: the spilled rail trees (``SPILL_PIECES`` pieces), NotApplicable where spilling does not
-    lower the packing's ratio.
+def rails(lt: LogicalTopology) -> Algorithm:
+    """The schedule of the rail trees (:func:`rail_schedules`' first)."""
+    return next(rail_schedules(lt))
+
+
+def rail_schedules(lt: LogicalTopology) -> Iterator[Algorithm]:
+    """The schedule of the rail trees (:mod:`autotaccl.synth.rails`), one tree per root, so one piece;
+    then, where it lowers the packing's ratio, of the spilled rail trees (``SPILL_PIECES`` pieces),
+    derived from the same trees.
 
     Where a root's data is one slice of the runtime's pipeline, nothing overlaps the trees' depth, so the
     reductions go through binomial in-node trees, and an AllGather's or ReduceScatter's rails are shallow
@@ -80,14 +86,15 @@ def rails(lt: LogicalTopology, spill: bool = False) -> Algorithm:
     chains = 2 if ranks > MAX_CHAIN_NODES * gpn else 1
     try:
         packs = [rail_trees(lt.graph, sorted(lt.edges), reverse, _senders(lt), link_efficiency(lt.graph),
-                            binomial, shallow, chains, spill)
+                            binomial, shallow, chains)
                  for reverse in halves]
     except ValueError as err:
         raise NotApplicable(str(err)) from None
-    spilled = any(len(p.trees) > ranks for p in packs)
-    if spill and not spilled:
-        raise NotApplicable("spilling over more NICs does not lower the rail packing's ratio")
-    return _schedule(lt, packs, "rails", pieces=SPILL_PIECES if spilled else 1)
+    yield _schedule(lt, packs, "rails", pieces=1)
+    spills = [spilled(lt.graph, p, sorted(lt.edges), reverse, link_efficiency(lt.graph))
+              for p, reverse in zip(packs, halves)]
+    if any(spills):
+        yield _schedule(lt, [s or p for s, p in zip(spills, packs)], "rails", pieces=SPILL_PIECES)
 
 
 def _halves(lt: LogicalTopology) -> tuple[bool, ...]:

@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from functools import partial
 from typing import Iterator
 
 from ...model.algorithm import Algorithm, verify
 from ...selection import Candidate, attainable_us, fastest
 from ...sketch.logical import LogicalTopology
-from .forest import forest, rails
+from .forest import forest, rail_schedules
 from .schedule import greedy_schedule, time_steps
 from .strategies import STRATEGIES
 from .strategy import BIG, NotApplicable
@@ -72,12 +71,17 @@ def _strategies(lt: LogicalTopology, batching: bool, window: int | None, big: bo
 
 
 def _trees(lt: LogicalTopology) -> Iterator[Candidate]:
-    builders = (("rails", rails), ("spilled rails", partial(rails, spill=True)), ("trees", forest))
-    for name, build in builders:              # the cheap ones first: at the bound, no LP
-        try:
-            yield Candidate(build(lt), f"greedy {name}")
-        except NotApplicable as why:
-            log.debug("greedy %s: %s", name, why)
+    """The rail schedules (plain, then spilled), then the tree packing: the cheap ones first, so at the
+    bound no LP is built."""
+    try:
+        for algorithm, name in zip(rail_schedules(lt), ("rails", "spilled rails")):
+            yield Candidate(algorithm, f"greedy {name}")
+    except NotApplicable as why:
+        log.debug("greedy rails: %s", why)
+    try:
+        yield Candidate(forest(lt), "greedy trees")
+    except NotApplicable as why:
+        log.debug("greedy trees: %s", why)
 
 
 def sketch_baselines(lt: LogicalTopology) -> list[Algorithm]:
