@@ -10,6 +10,7 @@ stop a server, fill a disk). The points (grep ``faults.point``):
     setup.study            the study exists, its seeds are not enqueued yet
     setup.seed             one seed enqueued (once per seed)
     setup.parent           the sweep's MLflow parent run exists, the study does not know it yet
+    trial.created          Optuna created a trial, nothing of it is stored yet
     trial.sampling         a parameter suggested (once per parameter)
     trial.synthesis        the trial's sketch is about to be synthesized
     mlflow.KIND.created    a run of that kind (baseline, trial) is created, its values not yet logged

@@ -8,9 +8,10 @@ queue pops and samplers' views stay serial. This is exact on every backend (also
 races without it, ecosystem.md §1.3). A worker with nothing to admit waits while other workers' trials
 run, in case one dies and its retry needs a worker; it exits when the study has its trials.
 
-Interruptions never cost a configuration. Ctrl-C waits until a trial's parameters are all stored (a
-few milliseconds), so an interrupted trial always has them; a trial stopped by Ctrl-C or by an
-environment failure (``errors.environment_problem``: a full disk, an I/O error) is marked
+Interruptions never cost a configuration. A Ctrl-C from the moment Optuna creates a trial waits until
+its worker and parameters are all stored (a few milliseconds), so an interrupted trial always has them
+(one that landed before the parameters left a failed trial that counted, with none). A trial stopped by
+Ctrl-C or by an environment failure (``errors.environment_problem``: a full disk, an I/O error) is marked
 ``interrupted`` (not counted), gets a FAILED MLflow run naming why, and a retry with its parameters is
 queued at the next admission, here or in the next sweep. With a seed, a trial's sampler draws from a
 stream of its own (the seed and the number of uninterrupted trials before it), so a restarted sweep
@@ -22,15 +23,14 @@ import logging
 import signal
 import threading
 import time
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from .. import tracking
+from .. import faults, tracking
 from ..errors import EnvironmentFailure, InputError, environment_problem, interrupted
 from ..tracking import outbox
 from . import heartbeat, locks
@@ -50,6 +50,7 @@ def run_trials(config, study: optuna.Study, objective, counted: Callable[[Frozen
     EnvironmentFailure) once the trial they cut short is marked ``interrupted``."""
 
     gate = locks.Lock(config.storage, config.out_dir, f"admit:{config.study_name}")
+    held = _HeldInterrupt()
     client = objective.client if hasattr(objective, "client") else tracking.MlflowClient(config.tracking_uri)
     deadline = None if config.timeout is None else time.monotonic() + config.timeout
     beat = config.heartbeat
@@ -74,14 +75,15 @@ def run_trials(config, study: optuna.Study, objective, counted: Callable[[Frozen
         sample(_Completer(study, trial))
 
     def admitted(trial: optuna.Trial) -> float:
-        trial.set_user_attr("worker", heartbeat.worker_id())
         try:
             try:
+                faults.point("trial.created")
+                trial.set_user_attr("worker", heartbeat.worker_id())
                 seeded(trial.number)
-                with _deferred_interrupt():
-                    sample(trial)            # under the lock: concurrent samplers see each other
+                sample(trial)                # under the lock: concurrent samplers see each other
             finally:
                 gate.release()
+                held.end()                   # a Ctrl-C since the trial was created lands here
             with heartbeat.beating(config.storage, study.study_name, trial.number, beat):
                 return objective(trial)
         except (optuna.TrialPruned, optuna.exceptions.UpdateFinishedTrialError, *failed_catch):
@@ -122,6 +124,7 @@ def run_trials(config, study: optuna.Study, objective, counted: Callable[[Frozen
                 time.sleep(poll)
                 continue
             try:
+                held.begin()        # until the new trial's parameters are stored (ended in ``admitted``)
                 study.optimize(admitted, n_trials=1, catch=(*failed_catch, _Failed), gc_after_trial=False)
             except (optuna.exceptions.UpdateFinishedTrialError, ValueError) as err:
                 # a reaper failed this worker's trial meanwhile: Optuna's tell says so with a ValueError
@@ -134,6 +137,7 @@ def run_trials(config, study: optuna.Study, objective, counted: Callable[[Frozen
             if stopped(study):       # the sampler stopped the study (BruteForce: space exhausted)
                 break
         finally:
+            held.end()              # (a no-op once ``admitted`` ended it)
             gate.release()
     flush()
     return ran
@@ -162,20 +166,29 @@ def sample_seed(seed: int, index: int) -> int:
     return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
 
 
-@contextmanager
-def _deferred_interrupt() -> Iterator[None]:
-    """Ctrl-C during the block is raised when the block is done (in the main thread; elsewhere no signal arrives)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda sig, frame: caught.append(sig))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
-    if caught:
-        raise KeyboardInterrupt
+class _HeldInterrupt:
+    """Ctrl-C between :meth:`begin` and :meth:`end` is raised at :meth:`end` (in the main thread; elsewhere
+    no signal arrives): a trial Optuna has created always gets its worker and parameters before it stops."""
+
+    def __init__(self) -> None:
+        self._previous: Any = None
+        self._caught: list[int] = []
+        self._active = False
+
+    def begin(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        self._caught = []
+        self._previous = signal.signal(signal.SIGINT, lambda sig, frame: self._caught.append(sig))
+        self._active = True
+
+    def end(self) -> None:
+        if not self._active:
+            return
+        self._active = False
+        signal.signal(signal.SIGINT, self._previous if self._previous is not None else signal.default_int_handler)
+        if self._caught:
+            raise KeyboardInterrupt
 
 
 def _stop(client, config, trial: optuna.Trial, why: str) -> None:

@@ -32,6 +32,7 @@ def test_setup_interrupted_is_repaired_on_the_next_start(fault, clean_sweep, tmp
 
 # each stage of a trial once, with Ctrl-C and with a kill (the suite's budget: each case is two real sweeps)
 @pytest.mark.parametrize("fault", [
+    "trial.created:SIGINT:2",            # Ctrl-C as Optuna creates a trial (held until it has its parameters)
     "trial.sampling:SIGKILL:10",         # a worker killed half-way through sampling a trial
     "trial.synthesis:SIGINT:1",          # Ctrl-C while the first seed is synthesized
     "mlflow.trial.created:SIGINT:1",     # ... while its MLflow run is written (a RUNNING run)
