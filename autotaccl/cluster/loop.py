@@ -137,8 +137,8 @@ def run_trials(config, study: optuna.Study, objective, counted: Callable[[Frozen
             if stopped(study):       # the sampler stopped the study (BruteForce: space exhausted)
                 break
         finally:
-            held.end()              # (a no-op once ``admitted`` ended it)
             gate.release()
+            held.end()              # (a no-op once ``admitted`` ended it; may raise, so after the release)
     flush()
     return ran
 
@@ -172,22 +172,21 @@ class _HeldInterrupt:
 
     def __init__(self) -> None:
         self._previous: Any = None
-        self._caught: list[int] = []
-        self._active = False
+        self._caught: list[int] | None = None       # None: not holding
 
     def begin(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
-        self._caught = []
-        self._previous = signal.signal(signal.SIGINT, lambda sig, frame: self._caught.append(sig))
-        self._active = True
+        caught: list[int] = []
+        self._previous = signal.signal(signal.SIGINT, lambda sig, frame: caught.append(sig))
+        self._caught = caught
 
     def end(self) -> None:
-        if not self._active:
+        caught, self._caught = self._caught, None
+        if caught is None:
             return
-        self._active = False
         signal.signal(signal.SIGINT, self._previous if self._previous is not None else signal.default_int_handler)
-        if self._caught:
+        if caught:
             raise KeyboardInterrupt
 
 
