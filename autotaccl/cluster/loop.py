@@ -20,8 +20,6 @@ samples what an uninterrupted one would.
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 import time
 from typing import Any, Callable
 
@@ -32,6 +30,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from .. import faults, tracking
 from ..errors import EnvironmentFailure, InputError, environment_problem, interrupted
+from ..interrupts import HeldInterrupt
 from ..tracking import outbox
 from . import heartbeat, locks
 from .internals import reseed, stopped, storage, trial_id
@@ -50,7 +49,7 @@ def run_trials(config, study: optuna.Study, objective, counted: Callable[[Frozen
     EnvironmentFailure) once the trial they cut short is marked ``interrupted``."""
 
     gate = locks.Lock(config.storage, config.out_dir, f"admit:{config.study_name}")
-    held = _HeldInterrupt()
+    held = HeldInterrupt()       # a trial Optuna created always gets its worker and parameters before it stops
     client = objective.client if hasattr(objective, "client") else tracking.MlflowClient(config.tracking_uri)
     deadline = None if config.timeout is None else time.monotonic() + config.timeout
     beat = config.heartbeat
@@ -164,30 +163,6 @@ def sample_index(study: optuna.Study, number: int) -> int:
 def sample_seed(seed: int, index: int) -> int:
     """The seed of the ``index``-th trial's sampling in a sweep seeded with ``seed``."""
     return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
-
-
-class _HeldInterrupt:
-    """Ctrl-C between :meth:`begin` and :meth:`end` is raised at :meth:`end` (in the main thread; elsewhere
-    no signal arrives): a trial Optuna has created always gets its worker and parameters before it stops."""
-
-    def __init__(self) -> None:
-        self._previous: Any = None
-        self._caught: list[int] | None = None       # None: not holding
-
-    def begin(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        caught: list[int] = []
-        self._previous = signal.signal(signal.SIGINT, lambda sig, frame: caught.append(sig))
-        self._caught = caught
-
-    def end(self) -> None:
-        caught, self._caught = self._caught, None
-        if caught is None:
-            return
-        signal.signal(signal.SIGINT, self._previous if self._previous is not None else signal.default_int_handler)
-        if caught:
-            raise KeyboardInterrupt
 
 
 def _stop(client, config, trial: optuna.Trial, why: str) -> None:

@@ -9,6 +9,7 @@ quantity with step = log2(bytes) (``busbw_GBps`` at step 20), which MLflow's cha
 """
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import tempfile
@@ -16,11 +17,12 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from mlflow.entities import Metric, Param
-from mlflow.tracking import MlflowClient
+from mlflow.tracking import MlflowClient as _MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME, MLFLOW_RUN_NOTE
 
 from .. import faults
 from ..errors import ParameterError
+from ..interrupts import held_interrupt
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +35,32 @@ _QUANTITIES = dict(zip(("time_us", "algbw", "busbw", "relative", "bound_pct"), P
 # raises it; the caller reports the error raised (a full disk: one line), so the log is only noise
 logging.getLogger("mlflow.store.db.utils").addFilter(
     lambda record: not str(record.msg).startswith("SQLAlchemy database error"))
+
+
+class MlflowClient(_MlflowClient):
+    """MLflow's client, whose every write to a store this process writes itself (SQL, files; not a tracking
+    server) is whole: a Ctrl-C during one lands after it (:mod:`autotaccl.interrupts`)."""
+
+    def __init__(self, tracking_uri: str | None = None, registry_uri: str | None = None) -> None:
+        super().__init__(tracking_uri, registry_uri)
+        self._own_store = not self.tracking_uri.startswith(("http://", "https://"))
+
+
+def _whole(name: str):
+    write = getattr(_MlflowClient, name)
+
+    @functools.wraps(write)
+    def whole(self: MlflowClient, *args: Any, **kwargs: Any) -> Any:
+        if not self._own_store:
+            return write(self, *args, **kwargs)
+        with held_interrupt():
+            return write(self, *args, **kwargs)
+    return whole
+
+
+for _write in ("create_experiment", "set_experiment_tag", "create_run", "log_batch", "set_tag", "set_terminated",
+               "update_run", "delete_run"):
+    setattr(MlflowClient, _write, _whole(_write))
 
 
 def sqlite_uri(path: str | Path) -> str:

@@ -35,9 +35,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(config_path: Path, n_trials: int) -> int:
     import optuna
-    from mlflow.tracking import MlflowClient
 
-    from ..tracking import outbox
+    from ..tracking import MlflowClient, outbox
     from .objective import SweepConfig
     from .sweep import make_sampler, open_storage, optimize
 

@@ -1,0 +1,59 @@
+"""Ctrl-C held over a stretch that must not be cut short, and raised once the stretch is over.
+
+Two stretches use it: a trial between its creation by Optuna and its parameters being stored
+(``cluster.loop``), and each write to a store this process writes itself (``tracking.MlflowClient``).
+A KeyboardInterrupt inside an SQLite write loses the write, and at some points SQLAlchemy keeps its
+transaction open, holding the database's write lock: every other writer then waits out its busy
+time-out and fails.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+
+class _Catch:
+    """The SIGINT handler while held: it notes the signal."""
+
+    def __init__(self) -> None:
+        self.caught = False
+
+    def __call__(self, sig: int, frame: Any) -> None:
+        self.caught = True
+
+
+class HeldInterrupt:
+    """Ctrl-C between :meth:`begin` and :meth:`end` is raised at :meth:`end`. A no-op outside the main
+    thread (no signal arrives there) and inside another hold (which raises at its own end)."""
+
+    def __init__(self) -> None:
+        self._previous: Any = None
+        self._catch: _Catch | None = None       # None: not holding
+
+    def begin(self) -> None:
+        if threading.current_thread() is not threading.main_thread() or isinstance(signal.getsignal(signal.SIGINT),
+                                                                                     _Catch):
+            return
+        self._catch = _Catch()
+        self._previous = signal.signal(signal.SIGINT, self._catch)
+
+    def end(self) -> None:
+        catch, self._catch = self._catch, None
+        if catch is None:
+            return
+        signal.signal(signal.SIGINT, self._previous if self._previous is not None else signal.default_int_handler)
+        if catch.caught:
+            raise KeyboardInterrupt
+
+
+@contextmanager
+def held_interrupt() -> Iterator[None]:
+    """The ``with`` block as one :class:`HeldInterrupt` stretch."""
+    hold = HeldInterrupt()
+    hold.begin()
+    try:
+        yield
+    finally:
+        hold.end()
