@@ -1,7 +1,7 @@
 """Ctrl-C held over a stretch that must not be cut short, and raised once the stretch is over.
 
 Two stretches use it: a trial between its creation by Optuna and its parameters being stored
-(``cluster.loop``), and each write to a store this process writes itself (``tracking.MlflowClient``).
+(``cluster.loop``), and each call into a store this process opens itself (``tracking.MlflowClient``).
 A KeyboardInterrupt inside an SQLite write loses the write, and at some points SQLAlchemy keeps its
 transaction open, holding the database's write lock: every other writer then waits out its busy
 time-out and fails.

@@ -38,8 +38,9 @@ logging.getLogger("mlflow.store.db.utils").addFilter(
 
 
 class MlflowClient(_MlflowClient):
-    """MLflow's client, whose every write to a store this process writes itself (SQL, files; not a tracking
-    server) is whole: a Ctrl-C during one lands after it (:mod:`autotaccl.interrupts`)."""
+    """MLflow's client, whose every call into a store this process opens itself (SQL, files; not a tracking
+    server) is whole: a Ctrl-C during one lands after it (:mod:`autotaccl.interrupts`). Reads too: one cut
+    short can leave its statement, and the database's shared lock, open until it is collected."""
 
     def __init__(self, tracking_uri: str | None = None, registry_uri: str | None = None) -> None:
         super().__init__(tracking_uri, registry_uri)
@@ -47,20 +48,20 @@ class MlflowClient(_MlflowClient):
 
 
 def _whole(name: str):
-    write = getattr(_MlflowClient, name)
+    call = getattr(_MlflowClient, name)
 
-    @functools.wraps(write)
+    @functools.wraps(call)
     def whole(self: MlflowClient, *args: Any, **kwargs: Any) -> Any:
         if not self._own_store:
-            return write(self, *args, **kwargs)
+            return call(self, *args, **kwargs)
         with held_interrupt():
-            return write(self, *args, **kwargs)
+            return call(self, *args, **kwargs)
     return whole
 
 
-for _write in ("create_experiment", "set_experiment_tag", "create_run", "log_batch", "set_tag", "set_terminated",
-               "update_run", "delete_run"):
-    setattr(MlflowClient, _write, _whole(_write))
+for _call in ("create_experiment", "set_experiment_tag", "create_run", "log_batch", "set_tag", "set_terminated",
+              "update_run", "delete_run", "search_runs", "search_experiments", "get_run", "get_experiment_by_name"):
+    setattr(MlflowClient, _call, _whole(_call))
 
 
 def sqlite_uri(path: str | Path) -> str:

@@ -25,27 +25,35 @@ def test_copied_store_is_a_working_empty_mlflow_store(tmp_path):
     assert client.get_run(run.info.run_id).data.metrics == {"m": 1.0}
 
 
-def test_a_ctrl_c_during_a_write_to_an_sqlite_store_lands_after_it_and_leaves_the_store_unlocked(tmp_path):
-    """A SIGINT sent as a write statement runs, inside its transaction. MLflow's own client raises there
-    and the write is lost; at some such points (2 of 80 random Ctrl-Cs during writes, measured) SQLAlchemy
-    also keeps the transaction open, and with it the database's write lock, so every other writer waits
-    out its time-out and fails (the Ctrl-C-with-workers flake)."""
-    db = tmp_path / "mlflow.db"
+def _ctrl_c_after(prefix: str):
+    """An SQLAlchemy hook that sends this process SIGINT once a statement starting with ``prefix`` has run
+    (rows not fetched yet, the write not committed)."""
+    def hook(conn, cursor, statement, *args) -> None:
+        if " ".join(statement.split()).upper().startswith(prefix):
+            os.kill(os.getpid(), signal.SIGINT)
+    return hook
+
+
+@pytest.mark.parametrize("call, statement", [("create_run", "INSERT INTO RUNS"), ("search_runs", "SELECT DISTINCT RUNS.")])
+def test_a_ctrl_c_during_a_call_into_an_sqlite_store_lands_after_it_and_leaves_the_store_unlocked(
+        call, statement, tmp_path):
+    """A SIGINT right after a statement runs. With MLflow's own client, a read cut there keeps the
+    database's shared lock (no writer can commit: 'database is locked' after its busy time-out, the
+    Ctrl-C-with-workers flake), and a write cut there is lost; at some such points (2 of 80 random Ctrl-Cs
+    during writes, measured) it also keeps the write lock."""
     client = tracking.MlflowClient(tracking_uri=fresh_store(tmp_path))
     eid = client.create_experiment("x")
-
-    def ctrl_c(conn, cursor, statement, *args) -> None:
-        if statement.lstrip().upper().startswith("INSERT INTO RUNS"):
-            os.kill(os.getpid(), signal.SIGINT)
-
-    event.listen(Engine, "before_cursor_execute", ctrl_c)
+    client.create_run(eid, run_name="first")
+    hook = _ctrl_c_after(statement)
+    event.listen(Engine, "after_cursor_execute", hook)
     try:
         with pytest.raises(KeyboardInterrupt):
-            client.create_run(eid, run_name="cut")
+            getattr(client, call)(eid) if call == "search_runs" else client.create_run(eid, run_name="cut")
     finally:
-        event.remove(Engine, "before_cursor_execute", ctrl_c)
-    other = sqlite3.connect(db, timeout=0.5, isolation_level=None)
-    other.execute("BEGIN IMMEDIATE")                   # the write lock is free
+        event.remove(Engine, "after_cursor_execute", hook)
+    other = sqlite3.connect(tmp_path / "mlflow.db", timeout=0.5, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")                   # no lock of the cut call is left
     other.execute("ROLLBACK")
     other.close()
-    assert [r.info.run_name for r in client.search_runs([eid])] == ["cut"]     # the write was whole
+    names = sorted(r.info.run_name for r in client.search_runs([eid]))
+    assert names == (["cut", "first"] if call == "create_run" else ["first"])       # a write is whole
