@@ -25,25 +25,25 @@ class _Catch:
 
 
 class HeldInterrupt:
-    """Ctrl-C between :meth:`begin` and :meth:`end` is raised at :meth:`end`. A no-op outside the main
-    thread (no signal arrives there) and inside another hold (which raises at its own end)."""
+    """Ctrl-C between :meth:`begin` and :meth:`end` is raised at :meth:`end`. Only Python's own Ctrl-C (a
+    KeyboardInterrupt) is held, so a hold changes nothing outside the main thread (no signal arrives
+    there), inside another hold (which raises at its own end), or where SIGINT is ignored or handled."""
 
     def __init__(self) -> None:
-        self._previous: Any = None
         self._catch: _Catch | None = None       # None: not holding
 
     def begin(self) -> None:
-        if threading.current_thread() is not threading.main_thread() or isinstance(signal.getsignal(signal.SIGINT),
-                                                                                     _Catch):
+        if (threading.current_thread() is not threading.main_thread()
+                or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
             return
         self._catch = _Catch()
-        self._previous = signal.signal(signal.SIGINT, self._catch)
+        signal.signal(signal.SIGINT, self._catch)
 
     def end(self) -> None:
         catch, self._catch = self._catch, None
         if catch is None:
             return
-        signal.signal(signal.SIGINT, self._previous if self._previous is not None else signal.default_int_handler)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         if catch.caught:
             raise KeyboardInterrupt
 

@@ -56,3 +56,14 @@ def test_outside_the_main_thread_a_hold_changes_nothing():
     thread.start()
     thread.join()
     assert seen == [before]
+
+
+def test_where_ctrl_c_is_ignored_a_hold_leaves_it_ignored():
+    """A sweep started as a shell's background job ignores SIGINT: a hold must not turn one into a stop."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with held_interrupt():
+            _ctrl_c()
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
