@@ -2,9 +2,9 @@
 
 Two stretches use it: a trial between its creation by Optuna and its parameters being stored
 (``cluster.loop``), and each call into a store this process opens itself (``tracking.MlflowClient``).
-A KeyboardInterrupt inside an SQLite write loses the write, and at some points SQLAlchemy keeps its
-transaction open, holding the database's write lock: every other writer then waits out its busy
-time-out and fails.
+A KeyboardInterrupt inside an SQLite call can leave the database locked: a read cut after its statement
+ran keeps the shared lock, so no writer can commit; a write cut short is lost and at times keeps the
+write lock. Every other writer then waits out its busy time-out and fails ("database is locked").
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import logging
 import math
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient as _MlflowClient
@@ -39,15 +39,15 @@ logging.getLogger("mlflow.store.db.utils").addFilter(
 
 class MlflowClient(_MlflowClient):
     """MLflow's client, whose every call into a store this process opens itself (SQL, files; not a tracking
-    server) is whole: a Ctrl-C during one lands after it (:mod:`autotaccl.interrupts`). Reads too: one cut
-    short can leave its statement, and the database's shared lock, open until it is collected."""
+    server), read or write, is whole: a Ctrl-C during one lands after it (:mod:`autotaccl.interrupts` says
+    why)."""
 
     def __init__(self, tracking_uri: str | None = None, registry_uri: str | None = None) -> None:
         super().__init__(tracking_uri, registry_uri)
         self._own_store = not self.tracking_uri.startswith(("http://", "https://"))
 
 
-def _whole(name: str):
+def _whole(name: str) -> Callable[..., Any]:
     call = getattr(_MlflowClient, name)
 
     @functools.wraps(call)
