@@ -38,13 +38,12 @@ logging.getLogger("mlflow.store.db.utils").addFilter(
 
 
 class MlflowClient(_MlflowClient):
-    """MLflow's client, whose every call into a store this process opens itself (SQL, files; not a tracking
-    server), read or write, is whole: a Ctrl-C during one lands after it (:mod:`autotaccl.interrupts` says
-    why)."""
+    """MLflow's client, whose every call into a database this process opens itself (not a tracking server),
+    read or write, is whole: a Ctrl-C during one lands after it (:mod:`autotaccl.interrupts` says why)."""
 
     def __init__(self, tracking_uri: str | None = None, registry_uri: str | None = None) -> None:
         super().__init__(tracking_uri, registry_uri)
-        self._own_store = not self.tracking_uri.startswith(("http://", "https://"))
+        self._own_store = not is_server(self.tracking_uri)
 
 
 def _whole(name: str) -> Callable[..., Any]:
@@ -62,6 +61,11 @@ def _whole(name: str) -> Callable[..., Any]:
 for _call in ("create_experiment", "set_experiment_tag", "create_run", "log_batch", "set_tag", "set_terminated",
               "update_run", "delete_run", "search_runs", "search_experiments", "get_run", "get_experiment_by_name"):
     setattr(MlflowClient, _call, _whole(_call))
+
+
+def is_server(uri: str) -> bool:
+    """Whether ``uri`` names a tracking server (http, https) rather than a database this process opens."""
+    return uri.startswith(("http://", "https://"))
 
 
 def sqlite_uri(path: str | Path) -> str:
@@ -118,7 +122,7 @@ def usable_store(uri: str, flag: str = "tracking_uri") -> str:
     import urllib.error
     import urllib.request
 
-    if uri.startswith(("http://", "https://")):
+    if is_server(uri):
         try:
             with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=10):
                 return uri

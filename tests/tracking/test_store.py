@@ -1,5 +1,5 @@
 """The migrated MLflow SQLite store the tuning tests copy (``support.fresh_store``) is a working, empty store;
-our client's writes to it are whole under Ctrl-C."""
+our client's calls into it are whole under Ctrl-C."""
 from __future__ import annotations
 
 import os
@@ -34,9 +34,12 @@ def _ctrl_c_after(prefix: str):
     return hook
 
 
-@pytest.mark.parametrize("call, statement", [("create_run", "INSERT INTO RUNS"), ("search_runs", "SELECT DISTINCT RUNS.")])
+@pytest.mark.parametrize("call, statement, runs", [
+    (lambda client, eid: client.create_run(eid, run_name="cut"), "INSERT INTO RUNS", ["cut", "first"]),
+    (lambda client, eid: client.search_runs([eid]), "SELECT DISTINCT RUNS.", ["first"]),
+], ids=["write", "read"])
 def test_a_ctrl_c_during_a_call_into_an_sqlite_store_lands_after_it_and_leaves_the_store_unlocked(
-        call, statement, tmp_path):
+        call, statement, runs, tmp_path):
     """A SIGINT right after a statement runs. With MLflow's own client, a read cut there keeps the
     database's shared lock (no writer can commit: 'database is locked' after its busy time-out, the
     Ctrl-C-with-workers flake), and a write cut there is lost; at some such points (2 of 80 random Ctrl-Cs
@@ -48,12 +51,11 @@ def test_a_ctrl_c_during_a_call_into_an_sqlite_store_lands_after_it_and_leaves_t
     event.listen(Engine, "after_cursor_execute", hook)
     try:
         with pytest.raises(KeyboardInterrupt):
-            getattr(client, call)(eid) if call == "search_runs" else client.create_run(eid, run_name="cut")
+            call(client, eid)
     finally:
         event.remove(Engine, "after_cursor_execute", hook)
     other = sqlite3.connect(tmp_path / "mlflow.db", timeout=0.5, isolation_level=None)
     other.execute("BEGIN EXCLUSIVE")                   # no lock of the cut call is left
     other.execute("ROLLBACK")
     other.close()
-    names = sorted(r.info.run_name for r in client.search_runs([eid]))
-    assert names == (["cut", "first"] if call == "create_run" else ["first"])       # a write is whole
+    assert sorted(r.info.run_name for r in client.search_runs([eid])) == runs      # a write is whole
