@@ -149,22 +149,29 @@ _EXIT_STRING = re.compile(r"TERMINATED WITH THE EXIT STRING: (.*)")
 
 def explain(outcome: launch.Outcome, beats: dict[int, dict], timeout: float,
             deaths: dict[int, float] | None = None) -> str:
-    """One paragraph: how the job ended, which rank failed first, then every rank's last known state."""
+    """One paragraph: how the job ended, which rank failed first, then every rank's last known state.
+
+    Ranks whose deaths were noticed in the same instant (the watch woke to find them all gone: the
+    launcher kills the rest within milliseconds of the first) are all named first, as tied."""
     deaths = deaths or {}
-    first = min(deaths, key=deaths.get) if deaths else None
+    earliest = min(deaths.values(), default=None)
+    first = sorted(r for r, t in deaths.items() if t == earliest)
     head = (f"mpi job timed out after {timeout:g} s and was killed" if outcome.timed_out
             else f"mpi job failed (exit status {outcome.returncode})")
     how = _EXIT_STRING.search(outcome.stdout + outcome.stderr)
     newest = max((b["time"] for b in beats.values()), default=0.0)
     parts = []
-    for rank in sorted(beats, key=lambda r: (r != first, r)):
+    for rank in sorted(beats, key=lambda r: (r not in first, r)):
         b = beats[rank]
         who = f"rank {rank} (pid {b['pid']} on {b['host']})"
         state = (f"{b['doing']}, " if b.get("doing") else "") + f"in {b['phase']}"
         if b.get("error"):
             parts.append(f"{who} raised {b['error'].splitlines()[0][:200]} while {state}")
-        elif rank == first:
-            parts.append(f"{who} died first{f' ({how.group(1).strip()})' if how else ''} while {state}")
+        elif rank in first:
+            others = [str(r) for r in first if r != rank]
+            tied = (f" (tied with rank{'s' if len(others) > 1 else ''} {', '.join(others)}: gone in the same "
+                    "instant)") if others else ""
+            parts.append(f"{who} died first{f' ({how.group(1).strip()})' if how else ''}{tied} while {state}")
         elif outcome.timed_out and newest - b["time"] > 1.0:  # its neighbours beat every 0.2 s up to the kill
             parts.append(f"{who} silent for {newest - b['time']:.1f} s before the kill (stopped or stuck), "
                          f"last {state}")

@@ -15,8 +15,8 @@ from autotaccl.errors import InputError
 from autotaccl.model.algorithm import Algorithm, Transfer, verify
 from autotaccl.model.collectives import Collective
 from runners import get_runner
-from runners.launch import JobError, JobTimeout, alive
-from runners.mpi import MpiOptions, measure_many
+from runners.launch import JobError, JobTimeout, Outcome, alive
+from runners.mpi import MpiOptions, explain, measure_many
 from runners.program import compile_rank
 from runners.progress import read_heartbeats
 
@@ -219,3 +219,20 @@ def test_a_rank_that_raises_ends_the_job_with_its_error(tmp_path):
     text = str(info.value)
     assert "raised InputError" in text and "format" in text and not isinstance(info.value, JobTimeout)
     _no_rank_survives(read_heartbeats(tmp_path))
+
+
+def _beat(rank: int) -> dict:
+    return {"rank": rank, "pid": 100 + rank, "host": "h", "phase": "timed iterations", "time": 5.0}
+
+
+@pytest.mark.parametrize("deaths, first, tied", [
+    ({2: 1.0, 0: 1.2, 1: 1.2}, [2], []),                 # noticed apart: the earliest alone is first
+    ({1: 1.0, 2: 1.0, 3: 1.4}, [1, 2], [1, 2]),          # noticed in one wake-up: both named, as tied
+])
+def test_the_first_death_is_named_and_a_tie_is_said_to_be_one(deaths, first, tied):
+    killed = Outcome(9, "", "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)\n", 3.0, False)
+    text = explain(killed, {r: _beat(r) for r in range(R)}, 30.0, deaths)
+    named = [int(m) for m in re.findall(r"rank (\d) \(pid \d+ on h\) died first \(Killed \(signal 9\)\)", text)]
+    assert named == first, text
+    assert text.index(f"rank {first[0]} ") < text.index(f"rank {min(set(range(R)) - set(first))} "), text
+    assert [int(m) for m in re.findall(r"rank (\d) \(pid \d+ on h\) died first[^;]*tied", text)] == tied, text
