@@ -4,6 +4,7 @@ All bounds read the topology's capacity graph (GPUs, switches, NICs; arcs with `
 
 * latency: the alpha-weighted diameter, the longest shortest-alpha path between two GPUs over the
   topology's edges (every output depends on a remote input); for Broadcast, the root's eccentricity.
+  ``hop_us`` adds a runtime protocol's per-step latency to every edge on the way (each transfer pays it).
 * AllGather: exact, by max-flow. ``x*`` = max over cuts of (GPUs inside) / (capacity leaving) and
   ``algbw = N / x*``. A ratio ``r`` is feasible iff every GPU can receive N units from a source feeding
   each GPU one unit when arcs carry ``r * capacity`` (ForestColl's test). Rather than bisecting ``r``
@@ -46,14 +47,16 @@ class Bounds:
     latency_us: float
 
 
-def bounds(graph: nx.DiGraph, collective_name: str, efficiency: Mapping[str, float] | None = None) -> Bounds:
+def bounds(graph: nx.DiGraph, collective_name: str, efficiency: Mapping[str, float] | None = None,
+           hop_us: tuple[float, float] = (0.0, 0.0)) -> Bounds:
     """Bandwidth and latency ceilings of ``collective_name`` on ``graph`` (cached per graph and collective),
-    every arc derated by ``efficiency[its link class]`` when given (classes not named keep their rate)."""
+    every arc derated by ``efficiency[its link class]`` when given (classes not named keep their rate), every
+    edge's latency raised by ``hop_us`` (inside a node, across the network) when given."""
     name = canonical_name(collective_name)
     derate = tuple(sorted((efficiency or {}).items()))
-    key = (graph.graph.get("name"), name, _fingerprint(graph), derate)
+    key = (graph.graph.get("name"), name, _fingerprint(graph), derate, tuple(hop_us))
     if key not in _CACHE:
-        _CACHE[key] = _compute(graph, name, dict(derate))
+        _CACHE[key] = _compute(graph, name, dict(derate), tuple(hop_us))
         log.debug("bounds %s %s: %s", key[0], name, _CACHE[key])
     return _CACHE[key]
 
@@ -75,7 +78,7 @@ def _fingerprint(graph: nx.DiGraph) -> int:
     return hash((tuple(arcs), tuple(edges)))
 
 
-def _compute(graph: nx.DiGraph, name: str, efficiency: Mapping[str, float]) -> Bounds:
+def _compute(graph: nx.DiGraph, name: str, efficiency: Mapping[str, float], hop_us: tuple[float, float]) -> Bounds:
     cap = capacity_graph(graph)
     if efficiency:
         cap = cap.copy()
@@ -84,9 +87,10 @@ def _compute(graph: nx.DiGraph, name: str, efficiency: Mapping[str, float]) -> B
     gpus = sorted(graph.nodes)
     if name == "broadcast":
         root = gpus[0]
-        latency = max(nx.single_source_dijkstra_path_length(graph, root, weight="alpha_us")[v] for v in gpus[1:])
+        latency = max(nx.single_source_dijkstra_path_length(graph, root, weight=lambda u, v, d: _latency(d, hop_us))[v]
+                      for v in gpus[1:])
         return Bounds(min(nx.maximum_flow_value(cap, root, v) for v in gpus[1:]), latency)
-    latency = alpha_diameter(graph)
+    latency = alpha_diameter(graph, hop_us)
     if name == "allgather":
         return Bounds(len(gpus) / gather_ratio(cap, gpus), latency)
     if name == "reducescatter":
@@ -101,8 +105,14 @@ def _compute(graph: nx.DiGraph, name: str, efficiency: Mapping[str, float]) -> B
 # --------------------------------------------------------------------------- pieces
 
 
-def alpha_diameter(graph: nx.DiGraph) -> float:
-    """Longest shortest-alpha path between two GPUs over the topology's edges (µs).
+def _latency(edge: dict, hop_us: tuple[float, float]) -> float:
+    """What a transfer on ``edge`` waits before its bytes move: its alpha plus the per-step ``hop_us``."""
+    return edge["alpha_us"] + hop_us[edge.get("kind") == "net"]
+
+
+def alpha_diameter(graph: nx.DiGraph, hop_us: tuple[float, float] = (0.0, 0.0)) -> float:
+    """Longest shortest-latency path between two GPUs over the topology's edges (µs), each edge's alpha
+    raised by ``hop_us`` (inside a node, across the network).
 
     scipy's Dijkstra relaxes the same edges in the same float arithmetic as networkx's, so the distances
     are the same numbers, computed in C (576 ranks: seconds instead of minutes).
@@ -110,7 +120,7 @@ def alpha_diameter(graph: nx.DiGraph) -> float:
     import numpy as np
     from scipy.sparse.csgraph import dijkstra
 
-    matrix, _ = _sparse(graph, [a for _, _, a in graph.edges(data="alpha_us")], np.float64)
+    matrix, _ = _sparse(graph, [_latency(d, hop_us) for _, _, d in graph.edges(data=True)], np.float64)
     dist = dijkstra(matrix, directed=True)
     off = ~np.eye(len(dist), dtype=bool)
     if not np.isfinite(dist[off]).all():

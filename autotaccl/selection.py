@@ -83,13 +83,15 @@ def fastest(candidates: Iterable[Candidate], graph: nx.DiGraph, size: int, *, ma
 
 def attainable_us(graph: nx.DiGraph, collective: str, size: float, protocol: str | None = None) -> float:
     """The least simulated time (µs) of any ``collective`` algorithm at ``size``: the protocol's launch plus
-    the bound on ``graph`` with every arc at ``capacity * link efficiency * protocol efficiency`` (the
-    simulator's rates), so an algorithm that keeps the busiest cut full reaches it at large sizes."""
+    the bound on ``graph`` with every arc at ``capacity * link efficiency * protocol efficiency`` and every
+    edge's latency plus the protocol's per-step term (the simulator's rates and latencies), so an algorithm
+    that keeps the busiest cut full reaches it at large sizes."""
     proto = protocol_terms(graph, protocol)
     classes = {d.get("link_class") or "" for _, _, d in graph.graph["capacity"].edges(data=True)}
     efficiency = link_efficiency(graph)
     derate = {c: efficiency.get(c, 1.0) * proto.efficiency for c in classes}
-    return proto.launch_us + bound_time_us(bounds(graph, collective, derate), size)
+    hops = (proto.hop_us, proto.net_hop_us)
+    return proto.launch_us + bound_time_us(bounds(graph, collective, derate, hops), size)
 
 
 def share_of_bound(algorithm: Algorithm, graph: nx.DiGraph, size: int) -> float:

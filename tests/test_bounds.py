@@ -195,3 +195,14 @@ def test_dgx_b200_and_gb200_nvl72_by_hand():
     nvl72 = topo("gb200-nvl72", 1)
     assert bounds(nvl72, "allgather").algbw_GBps == pytest.approx(72 * 900 / 71)
     assert bounds(nvl72, "allgather").latency_us == pytest.approx(0.7)
+
+
+def test_a_protocols_per_step_latency_is_paid_on_every_hop():
+    # ring4: the opposite GPU is two NVLink hops away, each 0.7 us plus the protocol's 0.5
+    assert bounds(ring4(), "allgather", hop_us=(0.5, 9.0)).latency_us == pytest.approx(2 * (0.7 + 0.5))
+    assert bounds(ring4(), "allgather").latency_us == pytest.approx(1.4)          # the cache keeps them apart
+    # tiny rail fabric: GPU 0 -> GPU 1 of one node crosses the network twice, each time 2.6 + 9.0 us
+    assert bounds(tiny_rail(1), "allgather", hop_us=(0.5, 9.0)).latency_us == pytest.approx(2 * (2.6 + 9.0))
+    # two DGX-A100: a net edge (PCIe, IB, PCIe: 3.1 us) plus the network term; the ceiling is unchanged
+    plain, stepped = bounds(topo("dgx-a100", 2), "broadcast"), bounds(topo("dgx-a100", 2), "broadcast", hop_us=(1.0, 4.0))
+    assert stepped.latency_us == pytest.approx(3.1 + 4.0) and stepped.algbw_GBps == plain.algbw_GBps

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from autotaccl.baselines import baseline, best_baseline
+from autotaccl.baselines import applicable_baselines, baseline, best_baseline
 from autotaccl.bounds import bound_time_us, bounds
 from autotaccl.model.hardware import load_hardware
 from autotaccl.model.topology import build_topology
 from autotaccl.selection import Candidate, attainable_us, fastest, share_of_bound
-from autotaccl.simulate import simulate
+from autotaccl.simulate import protocol_terms, simulate
 
 SIZE = 1 << 20
 
@@ -119,3 +119,19 @@ def test_a_good_enough_best_ends_the_search_before_the_next_candidate_is_built(n
     assert best.candidate.label == "fast" and len(timings) == 1
     with pytest.raises(AssertionError, match="good enough"):
         fastest(pool(), ndv2, SIZE, enough_us=t_fast * 0.99)
+
+
+@pytest.mark.parametrize("profile", ["ndv2", "dgx-a100"])
+def test_the_attainable_bound_counts_each_protocols_hop_latency_and_no_baseline_beats_it(profile):
+    """Across two nodes every output waits for a network transfer, which pays the protocol's per-step
+    term too: at 1 KiB the attainable time is the launch plus that hop, and every baseline is above it."""
+    g = build_topology(load_hardware(profile), 2)
+    farthest = bounds(g, "allgather").latency_us
+    for protocol in ("LL", "LL128", "Simple"):
+        proto = protocol_terms(g, protocol)
+        assert attainable_us(g, "allgather", 1 << 10, protocol) == pytest.approx(
+            proto.launch_us + farthest + proto.net_hop_us)
+        for name in applicable_baselines(g, "allgather"):
+            for size in (1 << 10, 1 << 20):
+                algorithm = baseline(g, "allgather", name)
+                assert simulate(algorithm, g, size, protocol).time_us >= attainable_us(g, "allgather", size, protocol)
