@@ -278,3 +278,16 @@ def test_a_strategy_plugs_into_the_registry(monkeypatch):
                      "baseline"]
     with pytest.raises(ValueError, match="unknown greedy strategy 'nope'"):
         greedy_schedule(lt, strategy="nope")
+
+
+def test_on_a_big_configuration_with_trees_the_routed_strategies_are_not_built():
+    from autotaccl.synth.greedy.select import candidates
+
+    g = topo("dgx-h100", 8)                       # 64 GPUs: beyond BIG for every collective
+    lt = logical_topology(g, "allgather", default_sketch(g, "allgather"), 1 << 20)
+    tried = {c.label.split()[1] for c in candidates(lt)}
+    assert {"rails", "trees", "doubling", "relay"} <= tried, tried
+    assert not tried & {name for name, strategy in STRATEGIES.items() if strategy.routed}, tried
+    # no trees for AllToAll: its first candidate is the first routed strategy that runs on big instances
+    lt = logical_topology(g, "alltoall", default_sketch(g, "alltoall"), 1 << 20)
+    assert next(candidates(lt)).label.split()[1] == "balanced"
