@@ -204,5 +204,6 @@ def test_a_protocols_per_step_latency_is_paid_on_every_hop():
     # tiny rail fabric: GPU 0 -> GPU 1 of one node crosses the network twice, each time 2.6 + 9.0 us
     assert bounds(tiny_rail(1), "allgather", hop_us=(0.5, 9.0)).latency_us == pytest.approx(2 * (2.6 + 9.0))
     # two DGX-A100: a net edge (PCIe, IB, PCIe: 3.1 us) plus the network term; the ceiling is unchanged
-    plain, stepped = bounds(topo("dgx-a100", 2), "broadcast"), bounds(topo("dgx-a100", 2), "broadcast", hop_us=(1.0, 4.0))
+    a100 = topo("dgx-a100", 2)
+    plain, stepped = bounds(a100, "broadcast"), bounds(a100, "broadcast", hop_us=(1.0, 4.0))
     assert stepped.latency_us == pytest.approx(3.1 + 4.0) and stepped.algbw_GBps == plain.algbw_GBps

@@ -20,7 +20,8 @@ ReduceScatter runs an AllGather backwards over the sketch links' reverses (copie
 AllReduce is that followed by the AllGather (:mod:`.schedule`). Inter-node hops respect the sketch's
 sender map. :func:`greedy` (:mod:`.select`) simulates every applicable variant in two list orders
 (dependency depth, planned start), and every baseline the sketch admits, at the target size and
-returns the fastest; every result passes ``verify``. The sketch's symmetry and enforce_ordering hints
+returns the fastest (on big configurations with trees, the routed strategies are left out); every
+result passes ``verify``. The sketch's symmetry and enforce_ordering hints
 are not needed here and are ignored.
 """
 from .schedule import assign_steps, greedy_schedule, time_steps

@@ -26,8 +26,9 @@ def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | 
     ``batching`` (the sketch's contiguity) lets a routed transfer carry several chunks, at most ``window``
     (default: no cap; a cap of 6, TACCL's window, costs up to 4x at 1 KiB on AllToAll). The blocks of the
     structured strategies are never capped. Every strategy is tried (with and without batching, when it
-    routes), each schedule in two list orders, then the rail trees and the optimal tree packing
-    (:mod:`.forest`, for AllGather and its reductions; first on big configurations), then every baseline
+    routes; on big configurations with trees, only those that do not route: :func:`candidates`), each
+    schedule in two list orders, then the rail trees and the optimal tree packing (:mod:`.forest`, for
+    AllGather and its reductions; first on big configurations), then every baseline
     the sketch admits, so the engine never returns something slower than one of them. ``gap``: stop
     looking once a candidate is within that share of the attainable bound (nothing can beat it by more).
     """
