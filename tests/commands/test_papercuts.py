@@ -52,9 +52,10 @@ def one_error_line(capsys, argv: list[str]) -> str:
 
 
 def test_synth_json_prints_only_json_even_from_highs(capfd):
-    """HiGHS writes its banner from C (file descriptor 1), past Python's sys.stdout: capfd sees it."""
+    """HiGHS writes its banner from C (file descriptor 1), past Python's sys.stdout: capfd sees it. At
+    64 KiB the MILP runs (at 1 KiB greedy is at the bound and the MILP is skipped)."""
     code = main(["synth", "--hardware", "ndv2", "--nodes", "1", "--collective", "allgather", "--engine", "milp", "--solver", "highs",
-                 "--size", "1K", "--time-limit", "5", "--json"])
+                 "--size", "64K", "--time-limit", "5", "--json"])
     out, err = capfd.readouterr()
     assert code == 0, err
     data = json.loads(out)            # the whole of stdout is one JSON document
