@@ -33,6 +33,7 @@ from typing import Mapping
 import networkx as nx
 
 from .model.collectives import canonical_name
+from .model.protocols import edge_latency
 from .model.topology import capacity_graph
 
 log = logging.getLogger(__name__)
@@ -54,9 +55,10 @@ def bounds(graph: nx.DiGraph, collective_name: str, efficiency: Mapping[str, flo
     edge's latency raised by ``hop_us`` (inside a node, across the network) when given."""
     name = canonical_name(collective_name)
     derate = tuple(sorted((efficiency or {}).items()))
-    key = (graph.graph.get("name"), name, _fingerprint(graph), derate, tuple(hop_us))
+    hops = tuple(hop_us)
+    key = (graph.graph.get("name"), name, _fingerprint(graph), derate, hops)
     if key not in _CACHE:
-        _CACHE[key] = _compute(graph, name, dict(derate), tuple(hop_us))
+        _CACHE[key] = _compute(graph, name, dict(derate), hops)
         log.debug("bounds %s %s: %s", key[0], name, _CACHE[key])
     return _CACHE[key]
 
@@ -87,8 +89,8 @@ def _compute(graph: nx.DiGraph, name: str, efficiency: Mapping[str, float], hop_
     gpus = sorted(graph.nodes)
     if name == "broadcast":
         root = gpus[0]
-        latency = max(nx.single_source_dijkstra_path_length(graph, root, weight=lambda u, v, d: _latency(d, hop_us))[v]
-                      for v in gpus[1:])
+        reach = nx.single_source_dijkstra_path_length(graph, root, weight=lambda u, v, d: edge_latency(d, hop_us))
+        latency = max(reach[v] for v in gpus[1:])
         return Bounds(min(nx.maximum_flow_value(cap, root, v) for v in gpus[1:]), latency)
     latency = alpha_diameter(graph, hop_us)
     if name == "allgather":
@@ -105,11 +107,6 @@ def _compute(graph: nx.DiGraph, name: str, efficiency: Mapping[str, float], hop_
 # --------------------------------------------------------------------------- pieces
 
 
-def _latency(edge: dict, hop_us: tuple[float, float]) -> float:
-    """What a transfer on ``edge`` waits before its bytes move: its alpha plus the per-step ``hop_us``."""
-    return edge["alpha_us"] + hop_us[edge.get("kind") == "net"]
-
-
 def alpha_diameter(graph: nx.DiGraph, hop_us: tuple[float, float] = (0.0, 0.0)) -> float:
     """Longest shortest-latency path between two GPUs over the topology's edges (µs), each edge's alpha
     raised by ``hop_us`` (inside a node, across the network).
@@ -120,7 +117,7 @@ def alpha_diameter(graph: nx.DiGraph, hop_us: tuple[float, float] = (0.0, 0.0)) 
     import numpy as np
     from scipy.sparse.csgraph import dijkstra
 
-    matrix, _ = _sparse(graph, [_latency(d, hop_us) for _, _, d in graph.edges(data=True)], np.float64)
+    matrix, _ = _sparse(graph, [edge_latency(d, hop_us) for _, _, d in graph.edges(data=True)], np.float64)
     dist = dijkstra(matrix, directed=True)
     off = ~np.eye(len(dist), dtype=bool)
     if not np.isfinite(dist[off]).all():

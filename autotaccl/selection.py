@@ -90,8 +90,7 @@ def attainable_us(graph: nx.DiGraph, collective: str, size: float, protocol: str
     classes = {d.get("link_class") or "" for _, _, d in graph.graph["capacity"].edges(data=True)}
     efficiency = link_efficiency(graph)
     derate = {c: efficiency.get(c, 1.0) * proto.efficiency for c in classes}
-    hops = (proto.hop_us, proto.net_hop_us)
-    return proto.launch_us + bound_time_us(bounds(graph, collective, derate, hops), size)
+    return proto.launch_us + bound_time_us(bounds(graph, collective, derate, proto.hops), size)
 
 
 def share_of_bound(algorithm: Algorithm, graph: nx.DiGraph, size: int) -> float:

@@ -46,7 +46,8 @@ import networkx as nx
 
 from .model.algorithm import Algorithm, Transfer
 from .model.dependencies import transfer_dependencies
-from .model.protocols import PROTOCOLS, Protocol, across_nodes, canonical_protocol, default_protocols, ll_scale
+from .model.protocols import (PROTOCOLS, Protocol, across_nodes, canonical_protocol, default_protocols,
+                              edge_latency, ll_scale)
 
 ROUND_BYTES = 1 << 20
 MAX_ROUNDS = 64
@@ -183,8 +184,7 @@ def _plan(algorithm: Algorithm, graph: nx.DiGraph, protocol: str | None = None, 
         if key not in edges:
             edge = _edge(graph, t, i)
             held = tuple(arc_ids.setdefault(a, len(arc_ids)) for a in edge["resources"])
-            hop = proto.net_hop_us if edge.get("kind") == "net" else proto.hop_us
-            edges[key] = (held, float(edge["alpha_us"]) + hop)
+            edges[key] = (held, edge_latency(edge, proto.hops))
         held, alpha = edges[key]
         arcs.append(held)
         alphas.append(alpha)

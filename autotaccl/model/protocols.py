@@ -61,6 +61,17 @@ class Protocol:
     efficiency: float
     channel_GBps: float
 
+    @property
+    def hops(self) -> tuple[float, float]:
+        """``(hop_us, net_hop_us)``, as :func:`edge_latency` takes them."""
+        return self.hop_us, self.net_hop_us
+
+
+def edge_latency(edge: Mapping[str, Any], hop_us: tuple[float, float] = (0.0, 0.0)) -> float:
+    """What a transfer on a topology edge waits before its bytes move: the edge's ``alpha_us`` plus a
+    protocol's per-step term, ``hop_us[0]`` inside a node and ``hop_us[1]`` across the network."""
+    return float(edge["alpha_us"]) + hop_us[edge.get("kind") == "net"]
+
 
 @dataclass(frozen=True)
 class Nvls:
