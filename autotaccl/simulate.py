@@ -137,6 +137,15 @@ def _floor(plan: _Plan, algorithm: Algorithm, size: int) -> float:
     return max(chain, arcs, max(conn_us))
 
 
+def transfer_times(algorithm: Algorithm, graph: nx.DiGraph, size: int, protocol: str | None = None,
+                   instances: int = 1) -> list[float]:
+    """What each transfer of ``algorithm`` takes alone at ``size`` (µs): its latency and one round of its
+    bytes at its narrowest arc's share (at most the channel ceiling)."""
+    plan = _plan(algorithm, graph, protocol, instances)
+    nbytes, _ = _pieces(plan, algorithm, size)
+    return [alpha + b / rate for alpha, b, rate in zip(plan.alpha_us, nbytes, _solo(plan))]
+
+
 def simulate_sizes(algorithm: Algorithm, graph: nx.DiGraph, sizes: Iterable[int], protocol: str | None = None,
                    instances: int = 1) -> list[SimResult]:
     plan = _plan(algorithm, graph, protocol, instances)
@@ -436,4 +445,5 @@ def estimate(algorithm: Algorithm, graph: nx.DiGraph, size: float, protocol: str
 
 
 __all__ = ["DEFAULT_PROTOCOL", "MAX_ROUNDS", "PROTOCOLS", "ROUND_BYTES", "Costs", "SimResult", "algorithm_costs",
-           "estimate", "floor_us", "link_efficiency", "protocol_terms", "rounds", "simulate", "simulate_below", "simulate_sizes"]
+           "estimate", "floor_us", "link_efficiency", "protocol_terms", "rounds", "simulate", "simulate_below", "simulate_sizes",
+           "transfer_times"]

@@ -20,16 +20,17 @@ leave each root's node only through its senders. AllToAll and Broadcast get no c
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Iterator
 
 from ...model.algorithm import Algorithm, Transfer, verify
 from ...model.collectives import Collective
 from ...model.topology import fingerprint
-from ...simulate import link_efficiency, protocol_terms, rounds
+from ...simulate import link_efficiency, protocol_terms, rounds, transfer_times
 from ...sketch.logical import LogicalTopology
 from ..packing import Packing, Tree, pack_trees
 from ..rails import SPILL_PIECES, rail_trees, spilled
-from ..reductions import reverse_gather, sequence
+from ..reductions import by_readiness, reverse_gather, sequence
 from .schedule import assign_steps
 from .strategy import NotApplicable
 
@@ -58,10 +59,10 @@ def forest(lt: LogicalTopology) -> Algorithm:
 
 def rails(lt: LogicalTopology) -> Algorithm:
     """The schedule of the rail trees (:func:`rail_schedules`' first)."""
-    return next(rail_schedules(lt))
+    return next(rail_schedules(lt))[1]
 
 
-def rail_schedules(lt: LogicalTopology) -> Iterator[Algorithm]:
+def rail_schedules(lt: LogicalTopology) -> Iterator[tuple[str, Algorithm]]:
     """The schedule of the rail trees (:mod:`autotaccl.synth.rails`), one tree per root, so one piece;
     then, where it lowers the packing's ratio, of the spilled rail trees (``SPILL_PIECES`` pieces),
     derived from the same trees.
@@ -75,7 +76,9 @@ def rail_schedules(lt: LogicalTopology) -> Iterator[Algorithm]:
     a root's rail is two chains of half the depth, each over half the other nodes, so its slices fill the
     pipeline sooner: at 1 GiB on DGX-H100 x32 (x64), % of the attainable bound, AllGather 97.9 -> 97.4
     (74.4 -> 97.0), ReduceScatter 77.8 -> 91.2 (72.4 -> 90.2), AllReduce 86.9 -> 93.8 (73.3 -> 93.0). On 16
-    nodes and fewer one chain does as well or better (AllReduce on DGX-H100 x8: 95.0 against 88.2)."""
+    nodes and fewer one chain does as well or better (AllReduce on DGX-H100 x8: 95.0 against 88.2).
+
+    Each comes with its name: "rails", then "spilled rails"."""
     halves = _halves(lt)
     ranks, gpn = lt.collective.ranks, lt.graph.graph["gpus_per_node"]
     if ranks * (ranks - 1) * len(halves) > MAX_RAIL_EDGES:
@@ -90,11 +93,11 @@ def rail_schedules(lt: LogicalTopology) -> Iterator[Algorithm]:
                  for reverse in halves]
     except ValueError as err:
         raise NotApplicable(str(err)) from None
-    yield _schedule(lt, packs, "rails", pieces=1)
+    yield "rails", _schedule(lt, packs, "rails", pieces=1)
     spills = [spilled(lt.graph, p, sorted(lt.edges), reverse, link_efficiency(lt.graph))
               for p, reverse in zip(packs, halves)]
     if any(spills):
-        yield _schedule(lt, [s or p for s, p in zip(spills, packs)], "rails", pieces=SPILL_PIECES)
+        yield "spilled rails", _schedule(lt, [s or p for s, p in zip(spills, packs)], "rails", pieces=SPILL_PIECES)
 
 
 def _halves(lt: LogicalTopology) -> tuple[bool, ...]:
@@ -125,6 +128,23 @@ def _schedule(lt: LogicalTopology, packs: list[Packing], strategy: str, pieces: 
                            "pieces": pieces, "channels": nchannels})
     verify(algorithm, lt.graph)
     return algorithm
+
+
+def orders(lt: LogicalTopology, algorithm: Algorithm) -> Iterator[Algorithm]:
+    """A tree schedule as lowered (``order`` "depth"), then, for a reduction, the same transfers with the
+    reduces into each cell by their sources' readiness (:func:`~autotaccl.synth.reductions.by_readiness`,
+    each transfer timed alone at the target size, ``order`` "readiness"), verified, unless that is the
+    same list (the plain rails). Which one is faster depends on the fabric (AllReduce on DGX-H100 x 2 at
+    1 GiB: 97.0% of the attainable bound against 96.4%), so both are candidates."""
+    yield algorithm
+    if not lt.collective.is_reduction:
+        return
+    size = lt.chunk_bytes * lt.collective.ranks * lt.collective.chunkup
+    ordered = assign_steps(by_readiness(algorithm.transfers, transfer_times(algorithm, lt.graph, size)))
+    if ordered != algorithm.transfers:
+        variant = replace(algorithm, transfers=ordered, metadata={**algorithm.metadata, "order": "readiness"})
+        verify(variant, lt.graph)
+        yield variant
 
 
 def cut(ranks: int, per_root_bytes: float, nchannels: int, halves: int = 1) -> int:

@@ -8,7 +8,7 @@ from typing import Iterator
 from ...model.algorithm import Algorithm, verify
 from ...selection import Candidate, attainable_us, fastest
 from ...sketch.logical import LogicalTopology
-from .forest import forest, rail_schedules
+from .forest import forest, orders, rail_schedules
 from .schedule import greedy_schedule, time_steps
 from .strategies import STRATEGIES
 from .strategy import BIG, NotApplicable
@@ -83,14 +83,21 @@ def _trees(lt: LogicalTopology) -> Iterator[Candidate]:
     """The rail schedules (plain, then spilled), then the tree packing: the cheap ones first, so at the
     bound no LP is built."""
     try:
-        for algorithm, name in zip(rail_schedules(lt), ("rails", "spilled rails")):
-            yield Candidate(algorithm, f"greedy {name}")
+        for name, algorithm in rail_schedules(lt):
+            yield from _ordered(lt, algorithm, name)
     except NotApplicable as why:
         log.debug("greedy rails: %s", why)
     try:
-        yield Candidate(forest(lt), "greedy trees")
+        yield from _ordered(lt, forest(lt), "trees")
     except NotApplicable as why:
         log.debug("greedy trees: %s", why)
+
+
+def _ordered(lt: LogicalTopology, algorithm: Algorithm, name: str) -> Iterator[Candidate]:
+    """A tree schedule in each of its list orders (:func:`.forest.orders`); the first keeps the plain name."""
+    for ordered in orders(lt, algorithm):
+        suffix = "" if ordered is algorithm else f" order={ordered.metadata['order']}"
+        yield Candidate(ordered, f"greedy {name}{suffix}")
 
 
 def sketch_baselines(lt: LogicalTopology) -> list[Algorithm]:
