@@ -46,8 +46,10 @@ class Timed:
 
 
 def fastest(candidates: Iterable[Candidate], graph: nx.DiGraph, size: int, *, margin: float = 0.0,
-            margin_us: float = 0.0, prune: bool = True, enough_us: float = 0.0) -> tuple[Timed | None, list[Timed]]:
-    """The fastest candidate at ``size`` bytes (None if the simulator timed none) and every timing, in order.
+            margin_us: float = 0.0, prune: bool = True, enough_us: float = 0.0, protocol: str | None = None,
+            instances: int = 1) -> tuple[Timed | None, list[Timed]]:
+    """The fastest candidate at ``size`` bytes run with ``protocol`` (default Simple) and ``instances``
+    (None if the simulator timed none) and every timing, in order.
 
     A candidate replaces the best so far when its handicapped time is below ``best * (1 - margin) - margin_us``.
     ``prune``: skip the simulation of a candidate whose floor is not below that. ``enough_us``: take no
@@ -59,13 +61,13 @@ def fastest(candidates: Iterable[Candidate], graph: nx.DiGraph, size: int, *, ma
         try:
             if prune and best is not None:      # the floor a candidate must get under to replace the best
                 limit = (best[0] * (1 - margin) - margin_us) / ((1 + candidate.handicap) * (1 - 1e-9))
-                floor, result = simulate_below(candidate.algorithm, graph, size, limit)
+                floor, result = simulate_below(candidate.algorithm, graph, size, limit, protocol, instances)
                 if result is None:
                     timings.append(Timed(candidate, None, floor))
                     log.debug("%s: at least %.3f us, not simulated", candidate.label, floor)
                     continue
             else:
-                result = simulate(candidate.algorithm, graph, size)
+                result = simulate(candidate.algorithm, graph, size, protocol, instances)
             timed = Timed(candidate, result)
         except RuntimeError as err:
             log.warning("the simulator failed on %s (%s); candidate skipped", candidate.label, err)
@@ -93,11 +95,13 @@ def attainable_us(graph: nx.DiGraph, collective: str, size: float, protocol: str
     return proto.launch_us + bound_time_us(bounds(graph, collective, derate, proto.hops), size)
 
 
-def share_of_bound(algorithm: Algorithm, graph: nx.DiGraph, size: int) -> float:
-    """``attainable_us / simulated time`` at ``size`` (1.0: at the bound; 0.0 if the simulator fails)."""
+def share_of_bound(algorithm: Algorithm, graph: nx.DiGraph, size: int, protocol: str | None = None,
+                   instances: int = 1) -> float:
+    """``attainable_us / simulated time`` at ``size`` run with ``protocol`` and ``instances`` (1.0: at the
+    bound; 0.0 if the simulator fails)."""
     try:
-        time_us = simulate(algorithm, graph, size).time_us
+        time_us = simulate(algorithm, graph, size, protocol, instances).time_us
     except RuntimeError as err:
         log.warning("the simulator failed on %s (%s)", algorithm.name, err)
         return 0.0
-    return attainable_us(graph, algorithm.collective.name, size) / time_us
+    return attainable_us(graph, algorithm.collective.name, size, protocol) / time_us

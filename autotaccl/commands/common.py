@@ -56,6 +56,27 @@ def collective_arg(value: str) -> str:
     return canonical_name(value)
 
 
+MAX_INSTANCES = 32
+
+
+def add_run_args(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--protocol`` and ``--instances``: the run ``what`` is for."""
+    parser.add_argument("--protocol", default="Simple",
+                        help=f"runtime protocol {what}: LL, LL128 or Simple (default Simple)")
+    parser.add_argument("--instances", type=int, default=1,
+                        help=f"copies of the algorithm on separate channels {what} (default 1)")
+
+
+def run_from_args(args: argparse.Namespace) -> tuple[str, int]:
+    """The canonical protocol and the instance count of :func:`add_run_args`' flags."""
+    from ..model.protocols import canonical_protocol
+
+    protocol = canonical_protocol(args.protocol)
+    if not 1 <= args.instances <= MAX_INSTANCES:
+        raise InputError("--instances", str(args.instances), f"a whole number in 1..{MAX_INSTANCES}")
+    return protocol, args.instances
+
+
 RUNNER_HELP = ("what measures: sim, mpi, nccl-tests, or a runner a site installed (entry-point group "
                "autotaccl.runners)")
 

@@ -6,7 +6,7 @@ from ..errors import InputError
 from ..model.algorithm import VerificationError, load_algorithm, verify
 from ..model.topology import num_ranks
 from ..sizes import parse_size_range
-from .common import print_json, add_hardware_args, topology_from_args
+from .common import add_hardware_args, add_run_args, print_json, run_from_args, topology_from_args
 
 ELEMENT_BYTES = 4  # nccl-tests' count column for type float
 
@@ -16,8 +16,7 @@ def register(subparsers) -> None:
     parser.add_argument("algorithm", help="algorithm JSON file")
     add_hardware_args(parser)
     parser.add_argument("--sizes", default="1K:1G:x2", help="MIN:MAX[:xFACTOR|:+STEP] or a list 1K,1M (default 1K:1G:x2)")
-    parser.add_argument("--protocol", default="Simple", help="runtime protocol: LL, LL128 or Simple (default Simple)")
-    parser.add_argument("--instances", type=int, default=1, help="copies of the algorithm on separate channels (default 1)")
+    add_run_args(parser, "to simulate")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 
@@ -40,30 +39,26 @@ def run(args) -> int:
     from ..bounds import bound_algbw, bounds
     from ..simulate import simulate_sizes
 
-    from ..model.protocols import canonical_protocol
-
     sizes = parse_size_range(args.sizes, "--sizes")
-    protocol = canonical_protocol(args.protocol)
-    if not 1 <= args.instances <= 32:
-        raise InputError("--instances", str(args.instances), "a whole number in 1..32")
+    protocol, instances = run_from_args(args)
     graph = topology_from_args(args)
     algorithm = load_for(args.algorithm, graph)
     coll = algorithm.collective
     limit = bounds(graph, coll.name)
     rows = []
-    for result in simulate_sizes(algorithm, graph, sizes, protocol, args.instances):
+    for result in simulate_sizes(algorithm, graph, sizes, protocol, instances):
         ceiling = bound_algbw(limit, result.bytes)
         rows.append({"bytes": result.bytes, "count": result.bytes // ELEMENT_BYTES, "time_us": result.time_us,
                      "algbw": result.algbw_GBps, "busbw": result.busbw_GBps, "bound_algbw": ceiling,
                      "pct_of_bound": 100.0 * result.algbw_GBps / ceiling})
     if args.json:
         print_json({"algorithm": algorithm.name, "collective": coll.name, "topology": graph.graph["name"],
-                    "ranks": coll.ranks, "protocol": protocol, "instances": args.instances, "rows": rows})
+                    "ranks": coll.ranks, "protocol": protocol, "instances": instances, "rows": rows})
         return 0
     redop = "sum" if coll.is_reduction else "none"
     root = coll.root if coll.name == "broadcast" else -1
     print(f"# {algorithm.name} ({coll.name}, {coll.ranks} ranks) simulated on {graph.graph['name']}, protocol "
-          f"{protocol}, {args.instances} instance(s)")
+          f"{protocol}, {instances} instance(s)")
     print(f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  {'time':>9}  {'algbw':>7}  "
           f"{'busbw':>7}  {'% of bound':>10}")
     print(f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  {'(us)':>9}  {'(GB/s)':>7}  {'(GB/s)':>7}")

@@ -11,7 +11,7 @@ from ..sizes import format_size, parse_size
 from ..sketch import ENGINES, default_sketch, load_sketch
 from ..sketch.knobs import DEFAULT_ENGINE
 from ..synth import SynthOptions, synthesize
-from .common import print_json, add_hardware_args, collective_arg, topology_from_args
+from .common import add_hardware_args, add_run_args, collective_arg, print_json, run_from_args, topology_from_args
 
 REFERENCE_SIZE = 1 << 30
 
@@ -29,6 +29,7 @@ def register(subparsers) -> None:
     parser.add_argument("--time-limit", type=float, default=600.0, help="seconds per MILP stage (default 600)")
     parser.add_argument("--threads", type=int, default=1, help="solver threads (default 1)")
     parser.add_argument("--mip-gap", type=float, default=1e-4, help="relative MIP gap (default 1e-4)")
+    add_run_args(parser, "to choose the schedule for and simulate it with")
     parser.add_argument("-o", "--output", help="write the algorithm JSON here")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
@@ -38,10 +39,11 @@ def run(args) -> int:
     collective = collective_arg(args.collective)      # here, not as argparse's type: one line listing the names
     graph = topology_from_args(args)
     size = parse_size(args.size, "--size")
+    protocol, instances = run_from_args(args)
     sketch = load_sketch(args.sketch) if args.sketch else default_sketch(graph, collective)
     engine = args.engine or sketch.engine or DEFAULT_ENGINE
     options = SynthOptions(engine=engine, solver=args.solver, time_limit=args.time_limit, threads=args.threads,
-                           mip_gap=args.mip_gap, size=size)
+                           mip_gap=args.mip_gap, size=size, protocol=protocol, instances=instances)
     result = synthesize(graph, collective, sketch, options)
     if args.output:
         try:
@@ -53,7 +55,7 @@ def run(args) -> int:
     sizes = sorted({size, REFERENCE_SIZE})
     simulated, baseline = [], []
     for s in sizes:
-        sim = simulate(result.algorithm, graph, s)
+        sim = simulate(result.algorithm, graph, s, protocol, instances)
         simulated.append({"bytes": s, "time_us": sim.time_us, "algbw": sim.algbw_GBps,
                           "bound_algbw": bound_algbw(limits, s)})
         try:
@@ -65,12 +67,13 @@ def run(args) -> int:
                      "status": r.status, "solver": r.solver, "message": r.message}
               for name, r in result.stages.items()}
     if args.json:
-        print_json({"status": result.status, "engine": engine, "stages": stages,
+        print_json({"status": result.status, "engine": engine, "protocol": protocol, "instances": instances,
+                    "stages": stages,
                     "synthesis_seconds": result.seconds, "steps": result.algorithm.num_steps,
                     "transfers": len(result.algorithm.transfers), "simulated": simulated, "baseline": baseline,
                     "output": args.output})
         return 0
-    print(f"{collective} on {graph.graph['name']} ({engine}): {result.status}, "
+    print(f"{collective} on {graph.graph['name']} ({engine}, for {protocol} x {instances}): {result.status}, "
           f"{len(result.algorithm.transfers)} transfers in {result.algorithm.num_steps} steps")
     print(f"{'stage':<11} {'seconds':>8} {'vars':>7} {'cons':>7}  status      solver")
     for name, r in stages.items():

@@ -28,6 +28,7 @@ from ..milp.gurobi import LicenceLimitError
 from ..milp.solution import SOLVERS, NoSolutionError, Solver, SolverOptions, StageReport
 from ..model.algorithm import Algorithm, verify
 from ..model.collectives import canonical_name
+from ..model.protocols import PROTOCOLS
 from ..sketch import ENGINES, Engine
 from ..sketch.logical import LogicalTopology
 from .greedy import greedy
@@ -49,6 +50,8 @@ class SynthOptions:
     mip_gap: float = 1e-4
     size: int = 1 << 20             # nccl-tests buffer size the schedule is tuned for (bytes)
     bound_gap: float = 0.01         # within this share of the bound no search is worth it (0: search on)
+    protocol: str = "Simple"        # the run it is tuned for: the simulator judges candidates under this
+    instances: int = 1              # runtime protocol and instance count
 
     def __post_init__(self) -> None:
         def fail(name: str, value: object, expected: str) -> ParameterError:
@@ -68,6 +71,10 @@ class SynthOptions:
             raise fail("size", self.size, "a positive size")
         if not 0 <= self.bound_gap < 1:
             raise fail("bound_gap", self.bound_gap, "a share of the bound in [0, 1)")
+        if self.protocol not in PROTOCOLS:
+            raise fail("protocol", repr(self.protocol), f"one of: {', '.join(PROTOCOLS)}")
+        if isinstance(self.instances, bool) or not isinstance(self.instances, int) or self.instances < 1:
+            raise fail("instances", repr(self.instances), "a whole number >= 1")
 
 
 @dataclass(frozen=True)
@@ -140,7 +147,8 @@ def check_routes(lt: LogicalTopology) -> None:
 
 def _greedy(lt: LogicalTopology, options: SynthOptions, sketch) -> tuple[Algorithm, dict, str]:
     began = time.perf_counter()
-    algorithm = greedy(lt, options.size, batching=sketch.contiguity, gap=options.bound_gap)   # batch_window: the MILP's
+    algorithm = greedy(lt, options.size, batching=sketch.contiguity, gap=options.bound_gap,   # batch_window: the MILP's
+                       protocol=options.protocol, instances=options.instances)
     report = StageReport(time.perf_counter() - began, 0, 0, "heuristic", "greedy",
                          f"{algorithm.metadata.get('strategy')} routing, batching {algorithm.metadata.get('batching')}")
     return algorithm, {"greedy": report}, "heuristic"
@@ -164,7 +172,8 @@ def _milp(lt: LogicalTopology, options: SynthOptions, sketch) -> tuple[Algorithm
         return _fallback(lt, options, sketch, problem)
     stages: dict[str, StageReport] = {}
     quick, quick_stages, _ = _greedy(lt, options, sketch)
-    skipped = skip_reason(quick, lt.graph, options.size, options.bound_gap) if options.bound_gap else None
+    skipped = (skip_reason(quick, lt.graph, options.size, options.bound_gap, options.protocol, options.instances)
+               if options.bound_gap else None)
     if skipped:
         log.info("milp engine %s", skipped)
         return quick, {**quick_stages, "milp": StageReport(0.0, 0, 0, "skipped", "bound", skipped)}, skipped
@@ -184,22 +193,23 @@ def _milp(lt: LogicalTopology, options: SynthOptions, sketch) -> tuple[Algorithm
                              f"a solver that admits this model ({err}); use auto or highs") from None
     done = ("optimal", "at_bound", "heuristic")
     worst = "optimal" if all(s.status in done for s in stages.values()) else "time_limit"
-    chosen, report = _select(lt, options.size, algorithm, quick)
+    chosen, report = _select(lt, options, algorithm, quick)
     stages = {**quick_stages, **stages, "select": report}
     if chosen is quick:
         return quick, stages, "heuristic"
     return algorithm, stages, worst
 
 
-def _select(lt: LogicalTopology, size: int, milp: Algorithm, quick: Algorithm) -> tuple[Algorithm, StageReport]:
-    """The faster of the MILP's and the greedy algorithm, simulated at ``size`` (greedy on exact ties:
-    it has fewer steps more often than not, and is what the MILP was started from)."""
+def _select(lt: LogicalTopology, options: SynthOptions, milp: Algorithm, quick: Algorithm) -> tuple[Algorithm, StageReport]:
+    """The faster of the MILP's and the greedy algorithm, simulated at the options' size and run (greedy on
+    exact ties: it has fewer steps more often than not, and is what the MILP was started from)."""
     from ..selection import Candidate, fastest
     from ..sizes import format_size
 
     began = time.perf_counter()
+    size = options.size
     best, timings = fastest([Candidate(quick, "greedy"), Candidate(milp, "milp")], lt.graph, size, margin=1e-9,
-                            prune=False)      # the message names both times
+                            prune=False, protocol=options.protocol, instances=options.instances)   # both times named
     winner = "greedy" if best is None else best.candidate.label
     times = {t.candidate.label: t.time_us for t in timings}
     message = (f"{winner} kept: milp {times['milp']:.2f} us, greedy {times['greedy']:.2f} us "

@@ -28,7 +28,8 @@ def stop_at_bound(solver: SolverOptions, graph: nx.DiGraph, collective: str, siz
     return replace(solver, stop_at=bound_time_us(bounds(graph, collective), size) * (1 + gap))
 
 
-def skip_reason(greedy: Algorithm, graph: nx.DiGraph, size: int, gap: float) -> str | None:
+def skip_reason(greedy: Algorithm, graph: nx.DiGraph, size: int, gap: float, protocol: str | None = None,
+                instances: int = 1) -> str | None:
     """Why the MILP need not run (``skipped: greedy at 99.9% of the bound``), or None when it may help."""
-    share = share_of_bound(greedy, graph, size)
+    share = share_of_bound(greedy, graph, size, protocol, instances)
     return f"skipped: greedy at {100 * share:.1f}% of the bound" if share >= 1 - gap else None

@@ -147,3 +147,22 @@ def test_without_an_engine_synth_runs_greedy_and_skips_the_milp_at_the_bound(tmp
     assert code == 0 and report["status"].startswith("skipped: greedy at ")
     assert report["stages"]["milp"]["status"] == "skipped"
     verify(load_algorithm(tmp_path / "b.json"), build_topology(load_hardware("ndv2"), 2))
+
+
+def test_synth_chooses_and_simulates_for_the_run_it_is_told(capsys):
+    base = ["synth", "--hardware", "ndv2", "--nodes", "2", "--collective", "allgather", "--engine", "greedy", "--json"]
+    code, stdout, _ = run(capsys, *base, "--protocol", "ll128", "--instances", "2")
+    report = json.loads(stdout)
+    assert code == 0 and (report["protocol"], report["instances"]) == ("LL128", 2)
+    code, plain, _ = run(capsys, *base)
+    assert code == 0 and json.loads(plain)["simulated"][0]["time_us"] != report["simulated"][0]["time_us"]
+
+
+@pytest.mark.parametrize("flag, value, expected", [("--protocol", "NVLS", "one of: LL, LL128, Simple"),
+                                                    ("--instances", "0", "a whole number in 1..32")])
+def test_synth_refuses_a_bad_run_in_one_line(tmp_path, capsys, flag, value, expected):
+    out = tmp_path / "a.json"
+    code, stdout, stderr = run(capsys, "synth", "--hardware", "ndv2", "--collective", "allgather", flag, value,
+                               "-o", str(out))
+    assert code == 2 and not out.exists() and stdout == ""
+    assert len(stderr.strip().splitlines()) == 1 and flag in stderr and expected in stderr

@@ -73,3 +73,10 @@ def test_greedy_far_from_the_bound_is_not_skipped(topo):
 def test_bound_gap_is_checked():
     with pytest.raises(ParameterError, match="bound_gap"):
         SynthOptions(bound_gap=1.0)
+
+
+@pytest.mark.parametrize("field, value", [("protocol", "ll"), ("protocol", "NVLS"), ("instances", 0),
+                                          ("instances", True), ("instances", 1.5)])
+def test_the_run_is_checked(field, value):
+    with pytest.raises(ParameterError, match=f"SynthOptions.{field}"):
+        SynthOptions(**{field: value})

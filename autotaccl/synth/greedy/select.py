@@ -20,8 +20,9 @@ START_ORDER_HANDICAP = 0.02   # prefer the dependency-depth order (far fewer ste
 
 
 def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | None = None,
-           gap: float = 0.0) -> Algorithm:
-    """The best of the greedy variants at ``size`` bytes, judged by the simulator (verified).
+           gap: float = 0.0, protocol: str | None = None, instances: int = 1) -> Algorithm:
+    """The best of the greedy variants at ``size`` bytes run with ``protocol`` (default Simple) and
+    ``instances``, judged by the simulator (verified).
 
     ``batching`` (the sketch's contiguity) lets a routed transfer carry several chunks, at most ``window``
     (default: no cap; a cap of 6, TACCL's window, costs up to 4x at 1 KiB on AllToAll). The blocks of the
@@ -32,8 +33,9 @@ def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | 
     the sketch admits, so the engine never returns something slower than one of them. ``gap``: stop
     looking once a candidate is within that share of the attainable bound (nothing can beat it by more).
     """
-    enough = attainable_us(lt.graph, lt.collective.name, size) / (1 - gap) if gap else 0.0
-    best, _ = fastest(candidates(lt, batching, window), lt.graph, size, margin_us=EPS, enough_us=enough)
+    enough = attainable_us(lt.graph, lt.collective.name, size, protocol) / (1 - gap) if gap else 0.0
+    best, _ = fastest(candidates(lt, batching, window), lt.graph, size, margin_us=EPS, enough_us=enough,
+                      protocol=protocol, instances=instances)
     if best is None:
         raise RuntimeError("the simulator could evaluate no greedy variant")
     verify(best.candidate.algorithm, lt.graph)
