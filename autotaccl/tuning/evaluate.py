@@ -49,10 +49,8 @@ class Synthesized:
 
 
 def synth_options(settings: Settings, time_limit: float | None = None) -> SynthOptions:
-    """How a trial synthesizes: its sample's engine, gap, size, protocol and instances (the run it is
-    measured with), one solver thread, the sweep's time limit."""
-    options: dict[str, Any] = {"engine": settings.engine, "size": settings.synth_size, "threads": 1,
-                               "protocol": settings.protocol, "instances": settings.instances}
+    """How a trial synthesizes: its sample's engine, gap and size, one solver thread, the sweep's time limit."""
+    options: dict[str, Any] = {"engine": settings.engine, "size": settings.synth_size, "threads": 1}
     if settings.mip_gap is not None:
         options["mip_gap"] = settings.mip_gap
     if time_limit is not None:
