@@ -12,7 +12,7 @@ latency bound and the bandwidth-bound time (and over
 the attainable bound at 1 MiB, the least over the protocols: launch included), and the speed-up over
 stock NCCL (``nccl_model``) at both sizes. Ours is simulated as the export would run it: at 1 GiB
 synthesized for Simple, the best of 1, 2, 4, 8 instances; at 1 MiB synthesized for each protocol and
-instance count (``SynthOptions.protocol``, ``instances``: what a sweep over them does), the fastest whose
+instance count (``SynthOptions.protocol``, ``instances``: ``synth --protocol --instances``), the fastest whose
 MSCCL XML lowering fits the runtime's limits (the 1 MiB column names it; seconds are the slowest
 synthesis). Each target is marked met or NOT met.
 
@@ -160,7 +160,7 @@ def measure(hardware: str, nodes: int, collective: str, engine: str, time_limit:
     out["pct_attainable_1G"] = 100 * attainable / ours
     out["pct_floor_1G"] = 100 * attainable / floor
     out["nccl_speedup_1G"] = nccl[G] / ours
-    # 1 MiB: synthesized for each run, as a sweep over protocol and instances does (the scale rows: once,
+    # 1 MiB: synthesized for each run, as synth --protocol --instances does (the scale rows: once,
     # for Simple x 1, then run with each protocol)
     if graph.number_of_nodes() <= MAX_LOWERED_GPUS:
         runs = {run: synthesized(M, *run) for run in RUNS}
