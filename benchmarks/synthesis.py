@@ -162,12 +162,13 @@ def measure(hardware: str, nodes: int, collective: str, engine: str, time_limit:
     out["nccl_speedup_1G"] = nccl[G] / ours
     # 1 MiB: synthesized for each run, as synth --protocol --instances does (the scale rows: once,
     # for Simple x 1, then run with each protocol)
-    if graph.number_of_nodes() <= MAX_LOWERED_GPUS:
+    lowered = graph.number_of_nodes() <= MAX_LOWERED_GPUS
+    if lowered:
         runs = {run: synthesized(M, *run) for run in RUNS}
     else:
         once = synthesized(M)
         runs = {(p, 1): once for p in PROTOCOLS}
-    ours, out["runs_1M"] = exportable_best(runs, graph, M)
+    ours, out["runs_1M"] = exportable_best(runs, graph, M, lowered)
     out["over_bound_1M"] = ours / bound_time_us(limits, M)
     out["over_attainable_1M"] = ours / min(attainable_us(graph, collective, M, p) for p in PROTOCOLS)
     out["nccl_speedup_1M"] = nccl[M] / ours
@@ -175,12 +176,11 @@ def measure(hardware: str, nodes: int, collective: str, engine: str, time_limit:
     return out
 
 
-def exportable_best(runs: dict, graph, size: int) -> tuple[float, str]:
+def exportable_best(runs: dict, graph, size: int, lowered: bool) -> tuple[float, str]:
     """The least simulated time over ``runs`` (protocol and instance count -> the algorithm synthesized
     for it) whose MSCCL XML lowering fits the runtime's limits (thread blocks, channels): what a tuned
-    per-size table can ship; and how it runs. Beyond ``MAX_LOWERED_GPUS`` (the scale rows, where 1 MiB is
-    not a target) not lowered."""
-    lowered = graph.number_of_nodes() <= MAX_LOWERED_GPUS
+    per-size table can ship; and how it runs. Not ``lowered`` (beyond ``MAX_LOWERED_GPUS``, the scale
+    rows, where 1 MiB is not a target): the least time."""
     timed = sorted((simulate(algorithm, graph, size, p, i).time_us, i, p, algorithm)
                    for (p, i), algorithm in runs.items())
     for time_us, instances, protocol, algorithm in timed:

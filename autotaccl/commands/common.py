@@ -11,6 +11,7 @@ import networkx as nx
 
 from ..errors import InputError
 from ..model.collectives import canonical_name
+from ..model.protocols import canonical_protocol
 from ..model.topology import topology_for
 
 
@@ -69,8 +70,6 @@ def add_run_args(parser: argparse.ArgumentParser, what: str) -> None:
 
 def run_from_args(args: argparse.Namespace) -> tuple[str, int]:
     """The canonical protocol and the instance count of :func:`add_run_args`' flags."""
-    from ..model.protocols import canonical_protocol
-
     protocol = canonical_protocol(args.protocol)
     if not 1 <= args.instances <= MAX_INSTANCES:
         raise InputError("--instances", str(args.instances), f"a whole number in 1..{MAX_INSTANCES}")
