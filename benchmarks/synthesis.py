@@ -11,10 +11,10 @@ to the simulated share is lost to pipelining and contention), the time at 1 MiB 
 latency bound and the bandwidth-bound time (and over
 the attainable bound at 1 MiB, the least over the protocols: launch included), and the speed-up over
 stock NCCL (``nccl_model``) at both sizes. Ours is simulated as the export would run it: at 1 GiB
-synthesized for Simple, the best of 1, 2, 4, 8 instances; at 1 MiB synthesized for each protocol and
-instance count (``SynthOptions.protocol``, ``instances``: ``synth --protocol --instances``), the fastest whose
-MSCCL XML lowering fits the runtime's limits (the 1 MiB column names it; seconds are the slowest
-synthesis). Each target is marked met or NOT met.
+synthesized for Simple, the best of 1 to 8 instances (every count a sweep's ``instances`` knob takes); at
+1 MiB synthesized for each protocol and instance count (``SynthOptions.protocol``, ``instances``:
+``synth --protocol --instances``), the fastest whose MSCCL XML lowering fits the runtime's limits (the
+1 MiB column names it; seconds are the slowest synthesis). Each target is marked met or NOT met.
 
 ``--taccl``: the TACCL table of before (per-stage seconds, model sizes, speed-up over our best baseline).
 
@@ -44,6 +44,7 @@ from autotaccl.simulate import simulate, simulate_below
 from autotaccl.sizes import format_size
 from autotaccl.sketch import default_sketch, load_sketch
 from autotaccl.synth import SynthOptions, synthesize
+from autotaccl.tuning.space.knobs import MAX_INSTANCES
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "taccl-examples"
 K, M, G = 1 << 10, 1 << 20, 1 << 30
@@ -129,7 +130,7 @@ QUALITY = [("ndv2", 2), ("ndv2", 4), ("dgx2", 1), ("dgx2", 2), ("dgx-a100", 2), 
            ("dgx-h100", 2), ("dgx-h100", 8)]
 FABRICS = [("dgx-h100-rail", 2), ("dgx-b200", 2), ("gb200-nvl72", 1)]
 SCALE = [("dgx-h100", 32), ("dgx-h100", 64)]
-INSTANCES = (1, 2, 4, 8)
+INSTANCES = tuple(range(1, MAX_INSTANCES + 1))   # every count a sweep's instances knob can take
 PROTOCOLS = ("LL", "LL128", "Simple")
 RUNS = tuple((p, i) for p in PROTOCOLS for i in INSTANCES)
 MAX_LOWERED_GPUS = 128

@@ -28,12 +28,15 @@ def _size_check(value: Any, ctx: KnobContext) -> str | None:
     return None
 
 
+MAX_INSTANCES = 8     # a space's instances knob: a whole number in 1..MAX_INSTANCES
+
+
 # every knob a space may search or fix, in the order its error messages list them
 KNOBS: dict[str, Knob] = {
     **SKETCH_KNOBS,
     "mip_gap": Knob(_nonneg_number),
     "synth_size": Knob(_size_check),
-    "instances": Knob(whole(1, 8)),
+    "instances": Knob(whole(1, MAX_INSTANCES)),
     "protocol": Knob(one_of(*PROTOCOLS)),
 }
 
