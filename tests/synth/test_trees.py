@@ -448,3 +448,37 @@ def test_on_two_dgx_h100_the_readiness_order_makes_the_allreduce_faster_and_the_
     assert simulate(ready, g, G).time_us <= attainable_us(g, "allreduce", G) / 0.97
     algorithm = greedy(lt, G)
     assert algorithm.metadata["order"] == "readiness" and algorithm.transfers == ready.transfers
+
+
+def test_at_one_slice_an_allgathers_rails_also_come_in_pieces(topo):
+    """Where a root's data is one slice, an AllGather's rails are also cut in two pieces (the same trees,
+    each edge twice), which pipeline the network hop into the in-node copies: faster under LL x 8 on two
+    DGX-H100. Not at 1 GiB (the runtime's slices pipeline it), nor for a reduction."""
+    g = topo("dgx-h100", 2)
+    lt = logical_topology(g, "allgather", default_sketch(g, "allgather"), 1 << 20)
+    schedules = dict(rail_schedules(lt))
+    plain, cut = schedules["rails"], schedules["rails in pieces"]
+    verify(cut, g)
+    assert (plain.metadata["pieces"], cut.metadata["pieces"]) == (1, 2)
+    assert len(cut.transfers) == 2 * len(plain.transfers)
+    assert {(t.src, t.dst) for t in cut.transfers} == {(t.src, t.dst) for t in plain.transfers}
+    assert simulate(cut, g, 1 << 20, "LL", 8).time_us < 0.95 * simulate(plain, g, 1 << 20, "LL", 8).time_us
+    for collective, size in (("allgather", G), ("reducescatter", 1 << 20), ("allreduce", 1 << 20)):
+        lt = logical_topology(g, collective, default_sketch(g, collective), size)
+        assert "rails in pieces" not in dict(rail_schedules(lt))
+
+
+@pytest.mark.slow
+def test_the_allgather_at_1m_for_ll_x8_ships_the_rails_in_pieces_and_lowers_to_both_runtimes(topo):
+    """Two DGX B200, AllGather at 1 MiB synthesized for LL x 8: the engine takes the rails in pieces, and
+    they load in both runtimes at that instance count."""
+    from autotaccl.formats.msccl import LoweringOptions, check_xml, lower
+    from autotaccl.formats.mscclpp import lower_plan
+
+    g = topo("dgx-b200", 2)
+    lt = logical_topology(g, "allgather", default_sketch(g, "allgather"), 1 << 20)
+    algorithm = greedy(lt, 1 << 20, gap=0.01, protocol="LL", instances=8)
+    verify(algorithm, g)
+    assert (algorithm.metadata["strategy"], algorithm.metadata["pieces"]) == ("rails", 2)
+    assert check_xml(lower(algorithm, LoweringOptions(instances=8, proto="LL"))).valid
+    assert len(lower_plan(algorithm, g).gpus) == 16
