@@ -2,9 +2,9 @@
 bandwidth bound at large sizes on switched fabrics: the optimal packing (:mod:`autotaccl.synth.packing`,
 up to ~150 GPUs) and the rail trees (:mod:`autotaccl.synth.rails`, multi-node, any scale).
 
-Each root's buffer is cut into a few pieces (at most 4, none below 256 KiB; one for the rail trees,
-one tree per root), handed to its trees in proportion to their weights (largest remainder) and
-interleaved, so every tree sends all the time. Piece ``j`` of every root runs down its tree, parents
+Each root's buffer is cut into a few pieces (at most 4, none below 256 KiB; for the rail trees, one tree
+per root, one piece or a few: :func:`rail_schedules`), handed to its trees in proportion to their weights
+(largest remainder) and interleaved, so every tree sends all the time. Piece ``j`` of every root runs down its tree, parents
 first; the list goes piece by piece, level by level (:func:`lower`). The pipelining along a tree is the
 runtime's: it moves every transfer in slices (the simulator's rounds). More pieces would only multiply the transfers and thread
 blocks: 16 pieces on two DGX-H100 need 100 thread blocks on a rank, past the 80 an MSCCL++ plan can
