@@ -9,6 +9,7 @@ from autotaccl.errors import InputError
 from autotaccl.sketch import Sketch, sketch_key
 from autotaccl.sketch.knobs import sketch_document
 from autotaccl.tuning.space import enumerate_space, load_space, params_to_sketch, sample, settings, shipped_spaces
+from autotaccl.tuning.space.knobs import MAX_INSTANCES
 
 GOOD = {
     "target": {"hardware": "ndv2", "nodes": 2, "collectives": ["allgather", "alltoall"]},
@@ -203,3 +204,14 @@ def test_a_sweeps_protocol_and_instances_stay_lowering_knobs():
     plain = synth_options(Settings(engine="greedy", synth_size=1 << 20))
     assert told == plain and (told.protocol, told.instances) == ("Simple", 1)
     assert cache_key("allgather", "k", "t", told) == cache_key("allgather", "k", "t", plain)
+
+
+def test_the_instances_knob_takes_whole_numbers_up_to_max_instances(tmp_path):
+    """A sweep can sample (and ship) every instance count in 1..MAX_INSTANCES, which the synthesis
+    benchmark therefore tries; one more is refused, naming the field."""
+    data = mutate(parameters__instances={"type": "int", "low": 1, "high": MAX_INSTANCES})
+    assert "instances" in [p.name for p in load_space(write(tmp_path, data)).parameters]
+    path = write(tmp_path, mutate(parameters__instances={"type": "int", "low": 1, "high": MAX_INSTANCES + 1}), "bad.yaml")
+    with pytest.raises(InputError) as err:
+        load_space(path)
+    assert err.value.field.startswith("parameters.instances")
