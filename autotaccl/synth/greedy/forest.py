@@ -4,10 +4,10 @@ up to ~150 GPUs) and the rail trees (:mod:`autotaccl.synth.rails`, multi-node, a
 
 Each root's buffer is cut into a few pieces (at most 4, none below 256 KiB; for the rail trees, one tree
 per root, one piece or a few: :func:`rail_schedules`), handed to its trees in proportion to their weights
-(largest remainder) and interleaved, so every tree sends all the time. Piece ``j`` of every root runs down its tree, parents
-first; the list goes piece by piece, level by level (:func:`lower`). The pipelining along a tree is the
-runtime's: it moves every transfer in slices (the simulator's rounds). More pieces would only multiply the transfers and thread
-blocks: 16 pieces on two DGX-H100 need 100 thread blocks on a rank, past the 80 an MSCCL++ plan can
+(largest remainder) and interleaved, so every tree sends all the time. Piece ``j`` of every root runs
+down its tree, parents first; the list goes piece by piece, level by level (:func:`lower`). The
+pipelining along a tree is the runtime's: it moves every transfer in slices (the simulator's rounds).
+More pieces would only multiply the transfers and thread blocks: 16 pieces on two DGX-H100 need 100 thread blocks on a rank, past the 80 an MSCCL++ plan can
 keep resident, and gain no time. A piece is one chunk per channel, moving side by side: as many
 channels as the busiest link needs to carry its load at one thread block's ceiling each. The
 collective's chunk-up is pieces x channels (a multiple of nothing the sketch asked for: the sketch's
@@ -52,7 +52,7 @@ def forest(lt: LogicalTopology) -> Algorithm:
     targets (``lt.chunk_bytes``), verified."""
     halves = _halves(lt)
     ranks = lt.collective.ranks
-    if MAX_TRANSFERS // (ranks * (ranks - 1)) < MIN_PIECES:
+    if budget(ranks) < MIN_PIECES:
         raise NotApplicable(f"{ranks} ranks leave fewer than {MIN_PIECES} pieces per root within "
                             f"{MAX_TRANSFERS} transfers: too coarse a split of the trees' weights")
     return _schedule(lt, [packing(lt, reverse) for reverse in halves], "trees")
@@ -106,7 +106,7 @@ def rail_schedules(lt: LogicalTopology) -> Iterator[tuple[str, Algorithm]]:
               for p, reverse in zip(packs, halves)]
     if any(spills):
         yield "spilled rails", _schedule(lt, [s or p for s, p in zip(spills, packs)], "rails", pieces=SPILL_PIECES)
-    if one_slice and halves == (False,) and ranks * (ranks - 1) * ONE_SLICE_PIECES <= MAX_TRANSFERS:
+    if one_slice and lt.collective.name == "allgather" and budget(ranks) >= ONE_SLICE_PIECES:
         yield "rails in pieces", _schedule(lt, packs, "rails", pieces=ONE_SLICE_PIECES)
 
 
@@ -157,11 +157,14 @@ def orders(lt: LogicalTopology, algorithm: Algorithm) -> Iterator[Algorithm]:
         yield variant
 
 
+def budget(ranks: int, nchannels: int = 1, halves: int = 1) -> int:
+    """Pieces per root the transfer budget (``MAX_TRANSFERS``, shared by an AllReduce's two halves) allows."""
+    return MAX_TRANSFERS // (ranks * (ranks - 1) * nchannels * halves)
+
+
 def cut(ranks: int, per_root_bytes: float, nchannels: int, halves: int = 1) -> int:
-    """Pieces per root: as many as the transfer budget (shared by an AllReduce's two halves) and the least
-    useful piece size allow."""
-    transfers = ranks * (ranks - 1) * nchannels * halves
-    pieces = min(MAX_PIECES, MAX_TRANSFERS // transfers, int(per_root_bytes // (MIN_PIECE_BYTES * nchannels)))
+    """Pieces per root: as many as the transfer budget and the least useful piece size allow."""
+    pieces = min(MAX_PIECES, budget(ranks, nchannels, halves), int(per_root_bytes // (MIN_PIECE_BYTES * nchannels)))
     return max(1, pieces)
 
 
