@@ -8,7 +8,7 @@ from typing import Iterator
 from ...model.algorithm import Algorithm, verify
 from ...selection import Candidate, attainable_us, fastest
 from ...sketch.logical import LogicalTopology
-from .forest import forest, orders, rail_schedules
+from .forest import forest, orders, rail_schedules, sliced_rails
 from .schedule import greedy_schedule, time_steps
 from .strategies import STRATEGIES
 from .strategy import BIG, NotApplicable
@@ -83,16 +83,17 @@ def _strategies(lt: LogicalTopology, batching: bool, window: int | None, big: bo
 
 def _trees(lt: LogicalTopology) -> Iterator[Candidate]:
     """The rail schedules (plain, then spilled), then the tree packing: the cheap ones first, so at the
-    bound no LP is built."""
+    bound no LP is built; then a reduction's rails in slices, many more transfers for a tie."""
     try:
         for name, algorithm in rail_schedules(lt):
             yield from _ordered(lt, algorithm, name)
     except NotApplicable as why:
         log.debug("greedy rails: %s", why)
-    try:
-        yield from _ordered(lt, forest(lt), "trees")
-    except NotApplicable as why:
-        log.debug("greedy trees: %s", why)
+    for name, build in (("trees", forest), ("rails in slices", sliced_rails)):
+        try:
+            yield from _ordered(lt, build(lt), name)
+        except NotApplicable as why:
+            log.debug("greedy %s: %s", name, why)
 
 
 def _ordered(lt: LogicalTopology, algorithm: Algorithm, name: str) -> Iterator[Candidate]:
