@@ -487,16 +487,16 @@ def test_the_allgather_at_1m_for_ll_x8_ships_the_rails_in_pieces_and_lowers_to_b
 
 @pytest.mark.parametrize("collective", ["reducescatter", "allreduce"])
 def test_a_reductions_rails_also_come_in_slices_with_the_roots_own_node_summed_last(topo, collective):
-    """At 1 GiB on two DGX-H100 a reduction's rails also come in slices: the same edges, 64 pieces per
-    root (a quarter MiB each) on one channel, in one list order; run backwards, in every step the reduces
+    """At 1 GiB on two DGX-H100 a reduction's rails also come in slices: the spilled rails' edges, 64
+    pieces per root (a quarter MiB each) on one channel, in one list order; run backwards, in every step the reduces
     within a root's own node come after all the others. Not for an AllGather, not where a root's
     data is one slice, not on one node."""
     g = topo("dgx-h100", 2)
     lt = logical_topology(g, collective, default_sketch(g, collective), G)
-    plain, sliced = rails(lt), sliced_rails(lt)
+    spilled, sliced = dict(rail_schedules(lt))["spilled rails"], sliced_rails(lt)
     verify(sliced, g)
     assert (sliced.metadata["pieces"], sliced.metadata["channels"], sliced.metadata["order"]) == (64, 1, "local first")
-    assert {(t.src, t.dst, t.op) for t in sliced.transfers} == {(t.src, t.dst, t.op) for t in plain.transfers}
+    assert {(t.src, t.dst, t.op) for t in sliced.transfers} == {(t.src, t.dst, t.op) for t in spilled.transfers}
     assert [v.metadata["order"] for v in orders(lt, sliced)] == ["local first"]
     k = sliced.collective.chunkup
     steps: dict[int, list[bool]] = {}      # per step, in list order: is the reduce within the root's node
