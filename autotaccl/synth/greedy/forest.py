@@ -7,15 +7,16 @@ per root, one piece or a few: :func:`rail_schedules`), handed to its trees in pr
 (largest remainder) and interleaved, so every tree sends all the time. Piece ``j`` of every root runs
 down its tree, parents first; the list goes piece by piece, level by level (:func:`lower`). The
 pipelining along a tree is the runtime's: it moves every transfer in slices (the simulator's rounds).
-More pieces would only multiply the transfers and thread blocks: 16 pieces on two DGX-H100 need 100 thread blocks on a rank, past the 80 an MSCCL++ plan can
-keep resident, and gain no time. A piece is one chunk per channel, moving side by side: as many
-channels as the busiest link needs to carry its load at one thread block's ceiling each. The
-collective's chunk-up is pieces x channels (a multiple of nothing the sketch asked for: the sketch's
-chunks are cut finer).
+More pieces multiply the transfers and thread blocks (16 pieces on two DGX-H100 need 100 thread blocks
+on a rank, past the 80 an MSCCL++ plan can keep resident) and gain no time, except a reduction's rails
+across nodes cut into as many pieces as slices, whose list then orders every slice (:func:`sliced_rails`).
+A piece is one chunk per channel, moving side by side: as many channels as the busiest link needs to
+carry its load at one thread block's ceiling each. The collective's chunk-up is pieces x channels (a
+multiple of nothing the sketch asked for: the sketch's chunks are cut finer).
 
 ReduceScatter is the AllGather of the reversed packing run backwards, AllReduce that followed by the
-forward AllGather (:mod:`autotaccl.synth.reductions`). The trees use only the sketch's links and
-leave each root's node only through its senders. AllToAll and Broadcast get no candidate here.
+forward AllGather (:mod:`autotaccl.synth.reductions`). The trees use only the sketch's links and leave
+each root's node only through its senders. AllToAll and Broadcast get no candidate here.
 """
 from __future__ import annotations
 
@@ -110,18 +111,18 @@ def sliced_rails(lt: LogicalTopology) -> Algorithm:
     what the NICs send before what stays on the root's own node: on DGX-H100 x8 at 1 GiB (x8 instances)
     ReduceScatter reaches 97.9% of the attainable bound instead of 88.2%, with NVLink and the NICs both
     busy to the end (on two DGX-H100, spilled: 98.9% instead of 94.6%); on one channel a NIC needs two
-    instances to fill. Each piece is a transfer of every
-    edge, so from a few instances up the XML nodes per rank exceed what the runtime takes.
+    instances to fill. Each piece is a transfer of every edge, so from a few instances up the XML nodes
+    per rank exceed what the runtime takes.
 
     Raises NotApplicable for an AllGather, on one node, and where a root's data makes fewer than two pieces."""
-    halves, packs, _ = _rail_packs(lt)
-    packs = _spilled(lt, halves, packs) or packs
-    ranks = lt.collective.ranks
-    pieces = min(MAX_SLICED_PIECES, budget(ranks, SLICED_CHANNELS, len(halves)),
-                 int(lt.chunk_bytes * lt.collective.chunkup // MIN_PIECE_BYTES))
-    if not lt.collective.is_reduction or ranks == lt.graph.graph["gpus_per_node"] or pieces < 2:
+    halves, coll = _halves(lt), lt.collective
+    pieces = min(MAX_SLICED_PIECES, budget(coll.ranks, SLICED_CHANNELS, len(halves)),
+                 int(lt.chunk_bytes * coll.chunkup // MIN_PIECE_BYTES))
+    if not coll.is_reduction or coll.ranks == lt.graph.graph["gpus_per_node"] or pieces < 2:
         raise NotApplicable("rails in slices are for a reduction across nodes with two pieces per root or more")
-    return _schedule(lt, packs, "rails", pieces=pieces, nchannels=SLICED_CHANNELS, local_first=True)
+    _, packs, _ = _rail_packs(lt)
+    return _schedule(lt, _spilled(lt, halves, packs) or packs, "rails", pieces=pieces,
+                     nchannels=SLICED_CHANNELS, local_first=True)
 
 
 def _spilled(lt: LogicalTopology, halves: tuple[bool, ...], packs: list[Packing]) -> list[Packing] | None:
