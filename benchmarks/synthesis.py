@@ -10,12 +10,12 @@ busiest arc's and connection's bytes and the longest dependency chain, what its 
 to the simulated share is lost to pipelining and contention), the time at 1 MiB over the larger of the
 latency bound and the bandwidth-bound time (and over
 the attainable bound at 1 MiB, the least over the protocols: launch included), and the speed-up over
-stock NCCL (``nccl_model``) at both sizes. Ours is simulated as the export would run it: at 1 GiB
-synthesized for Simple at each of 1 to 8 instances (every count a sweep's ``instances`` knob takes; the
-scale rows: once, for 1), the fastest; at
-1 MiB synthesized for each protocol and instance count (``SynthOptions.protocol``, ``instances``:
-``synth --protocol --instances``), the fastest whose MSCCL XML lowering fits the runtime's limits (the
-1 MiB column names it; seconds are the slowest synthesis). Each target is marked met or NOT met.
+stock NCCL (``nccl_model``) at both sizes. Ours is simulated as ``synth --protocol --instances`` would
+make it (``SynthOptions.protocol``, ``instances``): at 1 GiB synthesized for Simple at each of 1 to 8
+instances (every count a sweep's ``instances`` knob takes; the scale rows: once, for 1), the fastest; at
+1 MiB synthesized for each protocol and instance count, the fastest whose MSCCL XML lowering fits the
+runtime's limits (the 1 MiB column names it; seconds are the slowest synthesis). Each target is marked
+met or NOT met.
 
 ``--taccl``: the TACCL table of before (per-stage seconds, model sizes, speed-up over our best baseline).
 
