@@ -116,8 +116,7 @@ def sliced_rails(lt: LogicalTopology) -> Algorithm:
 
     Raises NotApplicable for an AllGather, on one node, and where a root's data makes fewer than two pieces."""
     halves, coll = _halves(lt), lt.collective
-    pieces = min(MAX_SLICED_PIECES, budget(coll.ranks, SLICED_CHANNELS, len(halves)),
-                 int(lt.chunk_bytes * coll.chunkup // MIN_PIECE_BYTES))
+    pieces = cut(coll.ranks, lt.chunk_bytes * coll.chunkup, SLICED_CHANNELS, len(halves), MAX_SLICED_PIECES)
     if not coll.is_reduction or coll.ranks == lt.graph.graph["gpus_per_node"] or pieces < 2:
         raise NotApplicable("rails in slices are for a reduction across nodes with two pieces per root or more")
     _, packs, _ = _rail_packs(lt)
@@ -208,9 +207,9 @@ def budget(ranks: int, nchannels: int = 1, halves: int = 1) -> int:
     return MAX_TRANSFERS // (ranks * (ranks - 1) * nchannels * halves)
 
 
-def cut(ranks: int, per_root_bytes: float, nchannels: int, halves: int = 1) -> int:
-    """Pieces per root: as many as the transfer budget and the least useful piece size allow."""
-    pieces = min(MAX_PIECES, budget(ranks, nchannels, halves), int(per_root_bytes // (MIN_PIECE_BYTES * nchannels)))
+def cut(ranks: int, per_root_bytes: float, nchannels: int, halves: int = 1, most: int = MAX_PIECES) -> int:
+    """Pieces per root: as many as the transfer budget and the least useful piece size allow, at most ``most``."""
+    pieces = min(most, budget(ranks, nchannels, halves), int(per_root_bytes // (MIN_PIECE_BYTES * nchannels)))
     return max(1, pieces)
 
 
