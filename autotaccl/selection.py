@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 import networkx as nx
 
@@ -39,6 +39,7 @@ class Timed:
     candidate: Candidate
     result: SimResult | None        # None: the simulator failed on it, or it was pruned
     floor_us: float | None = None   # pruned: not simulated, its floor could not beat the best so far
+    refused: str | None = None      # faster than the best so far, but ``admit`` refused it: why
 
     @property
     def time_us(self) -> float:
@@ -47,13 +48,16 @@ class Timed:
 
 def fastest(candidates: Iterable[Candidate], graph: nx.DiGraph, size: int, *, margin: float = 0.0,
             margin_us: float = 0.0, prune: bool = True, enough_us: float = 0.0, protocol: str | None = None,
-            instances: int = 1) -> tuple[Timed | None, list[Timed]]:
+            instances: int = 1, admit: Callable[[Algorithm], str | None] | None = None
+            ) -> tuple[Timed | None, list[Timed]]:
     """The fastest candidate at ``size`` bytes run with ``protocol`` (default Simple) and ``instances``
     (None if the simulator timed none) and every timing, in order.
 
-    A candidate replaces the best so far when its handicapped time is below ``best * (1 - margin) - margin_us``.
-    ``prune``: skip the simulation of a candidate whose floor is not below that. ``enough_us``: take no
-    further candidates (nor build them) once the best's time is at most this.
+    A candidate replaces the best so far when its handicapped time is below ``best * (1 - margin) - margin_us``
+    and ``admit`` (if given) finds no problem with it (it returns None, else why not: a candidate the
+    runtime cannot load is never the best). ``prune``: skip the simulation of a candidate whose floor is
+    not below that. ``enough_us``: take no further candidates (nor build them) once the best's time is at
+    most this.
     """
     best: tuple[float, Timed] | None = None
     timings = []
@@ -73,12 +77,17 @@ def fastest(candidates: Iterable[Candidate], graph: nx.DiGraph, size: int, *, ma
             log.warning("the simulator failed on %s (%s); candidate skipped", candidate.label, err)
             timings.append(Timed(candidate, None))
             continue
-        timings.append(timed)
         log.debug("%s: %.3f us", candidate.label, timed.time_us)
         score = timed.time_us * (1 + candidate.handicap)
         if best is None or score < best[0] * (1 - margin) - margin_us:
-            best = (score, timed)
-        if best[1].time_us <= enough_us:
+            problem = admit(candidate.algorithm) if admit else None
+            if problem:
+                log.debug("%s: refused (%s)", candidate.label, problem)
+                timed = Timed(candidate, result, refused=problem)
+            else:
+                best = (score, timed)
+        timings.append(timed)
+        if best is not None and best[1].time_us <= enough_us:
             break
     return (None if best is None else best[1]), timings
 

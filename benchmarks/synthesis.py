@@ -11,11 +11,12 @@ to the simulated share is lost to pipelining and contention), the time at 1 MiB 
 latency bound and the bandwidth-bound time (and over
 the attainable bound at 1 MiB, the least over the protocols: launch included), and the speed-up over
 stock NCCL (``nccl_model``) at both sizes. Ours is simulated as ``synth --protocol --instances`` would
-make it (``SynthOptions.protocol``, ``instances``): at 1 GiB synthesized for Simple at each of 1 to 8
-instances (every count a sweep's ``instances`` knob takes; the scale rows: once, for 1), the fastest; at
-1 MiB synthesized for each protocol and instance count, the fastest whose MSCCL XML lowering fits the
-runtime's limits (the 1 MiB column names it; seconds are the slowest synthesis). Each target is marked
-met or NOT met.
+make it (``SynthOptions.protocol``, ``instances``, and ``runtime``: only schedules whose MSCCL XML
+lowering msccl-executor loads, as ``synth`` chooses by default; the scale rows, beyond
+``MAX_LOWERED_GPUS``, any): at 1 GiB synthesized for Simple at each of 1 to 8 instances (every count a
+sweep's ``instances`` knob takes; the scale rows: once, for 1), the fastest; at 1 MiB synthesized for
+each protocol and instance count, the fastest (the 1 MiB column names it; seconds are the slowest
+synthesis). Each target is marked met or NOT met.
 
 ``--taccl``: the TACCL table of before (per-stage seconds, model sizes, speed-up over our best baseline).
 
@@ -36,7 +37,7 @@ from pathlib import Path
 from autotaccl.baselines import baseline, best_baseline
 from autotaccl.bounds import bound_algbw, bound_time_us, bounds
 from autotaccl.errors import InfeasibleError, InputError
-from autotaccl.formats.msccl import LoweringError, LoweringOptions, lower
+from autotaccl.formats.loading import loader
 from autotaccl.model.hardware import load_hardware
 from autotaccl.model.topology import build_topology
 from autotaccl.nccl_model import nccl_model
@@ -143,22 +144,30 @@ def measure(hardware: str, nodes: int, collective: str, engine: str, time_limit:
     limits = bounds(graph, collective)
     nccl = {r.bytes: r.time_us for r in nccl_model(graph, collective, [M, G]).rows}
     out: dict = {"gpus": graph.number_of_nodes(), "seconds": 0.0, "status": {}}
+    lowered = graph.number_of_nodes() <= MAX_LOWERED_GPUS
+    runtime = loader("msccl-executor") if lowered else None
 
     def synthesized(size: int, protocol: str = "Simple", instances: int = 1):
+        """The algorithm synth makes for the run, or None where the runtime loads none at that count."""
         began = time.perf_counter()
-        result = synthesize(graph, collective, None, SynthOptions(engine=engine, size=size, time_limit=time_limit,
-                                                                  solver="highs", protocol=protocol,
-                                                                  instances=instances))
-        out["seconds"] = max(out["seconds"], time.perf_counter() - began)
+        try:
+            result = synthesize(graph, collective, None, SynthOptions(
+                engine=engine, size=size, time_limit=time_limit, solver="highs", protocol=protocol,
+                instances=instances, runtime=runtime))
+        except InfeasibleError:
+            return None
+        finally:
+            out["seconds"] = max(out["seconds"], time.perf_counter() - began)
         out["status"][format_size(size)] = result.status
         return result.algorithm
 
     # 1 GiB: synthesized for Simple at each instance count, as synth --instances does (the scale rows:
     # once, for x1, then run with each count); each count's floor and simulation from one preparation
-    lowered = graph.number_of_nodes() <= MAX_LOWERED_GPUS
     once = None if lowered else synthesized(G)
-    floor, run = min((simulate_below(once or synthesized(G, "Simple", i), graph, G, math.inf, "Simple", i)
-                      for i in INSTANCES), key=lambda timed: timed[1].time_us)
+    gib = {i: once or synthesized(G, "Simple", i) for i in INSTANCES}
+    floor, run, out["instances_1G"] = min(((*simulate_below(a, graph, G, math.inf, "Simple", i), i)
+                                           for i, a in gib.items() if a is not None),
+                                          key=lambda timed: timed[1].time_us)
     ours, attainable = run.time_us, attainable_us(graph, collective, G)
     out["pct_bound_1G"] = 100 * bound_time_us(limits, G) / ours
     out["pct_attainable_1G"] = 100 * attainable / ours
@@ -171,29 +180,14 @@ def measure(hardware: str, nodes: int, collective: str, engine: str, time_limit:
     else:
         once = synthesized(M)
         runs = {(p, 1): once for p in PROTOCOLS}
-    ours, out["runs_1M"] = exportable_best(runs, graph, M, lowered)
+    ours, (protocol, instances) = min((simulate(algorithm, graph, M, *run).time_us, run)
+                                      for run, algorithm in runs.items() if algorithm is not None)
+    out["runs_1M"] = f"{protocol} x{instances}"
     out["over_bound_1M"] = ours / bound_time_us(limits, M)
     out["over_attainable_1M"] = ours / min(attainable_us(graph, collective, M, p) for p in PROTOCOLS)
     out["nccl_speedup_1M"] = nccl[M] / ours
     out["peak_MiB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
-
-
-def exportable_best(runs: dict, graph, size: int, lowered: bool) -> tuple[float, str]:
-    """The least simulated time over ``runs`` (protocol and instance count -> the algorithm synthesized
-    for it) whose MSCCL XML lowering fits the runtime's limits (thread blocks, channels): what a tuned
-    per-size table can ship; and how it runs. Not ``lowered`` (beyond ``MAX_LOWERED_GPUS``, the scale
-    rows, where 1 MiB is not a target): the least time."""
-    timed = sorted((simulate(algorithm, graph, size, p, i).time_us, i, p, algorithm)
-                   for (p, i), algorithm in runs.items())
-    for time_us, instances, protocol, algorithm in timed:
-        if lowered:
-            try:
-                lower(algorithm, LoweringOptions(instances=instances, proto=protocol))
-            except LoweringError:
-                continue
-        return time_us, f"{protocol} x{instances}"
-    raise InfeasibleError(f"no protocol and instance count of {timed[0][3].name} lowers to MSCCL XML")
 
 
 def child(hardware: str, nodes: int, collective: str, engine: str, time_limit: float, timeout: float) -> dict:
@@ -246,7 +240,7 @@ def targets_table(args) -> None:
             else:
                 status = " / ".join(m["status"].values())
                 print(f"| {label} | {m['gpus']} | {engine} | {status} | {m['seconds']:.1f} | {m['peak_MiB']:.0f} | "
-                      f"{m['pct_bound_1G']:.1f} | {m['pct_attainable_1G']:.1f} | {m['pct_floor_1G']:.1f} | {m['over_bound_1M']:.2f} | "
+                      f"{m['pct_bound_1G']:.1f} | {m['pct_attainable_1G']:.1f} (x{m['instances_1G']}) | {m['pct_floor_1G']:.1f} | {m['over_bound_1M']:.2f} | "
                       f"{m['over_attainable_1M']:.2f} ({m['runs_1M']}) | "
                       f"{m['nccl_speedup_1M']:.2f} | {m['nccl_speedup_1G']:.2f} | "
                       f"{'; '.join(verdicts(m, quality, scale))} |")

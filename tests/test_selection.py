@@ -135,3 +135,24 @@ def test_the_attainable_bound_counts_each_protocols_hop_latency_and_no_baseline_
             for size in (1 << 10, 1 << 20):
                 algorithm = baseline(g, "allgather", name)
                 assert simulate(algorithm, g, size, protocol).time_us >= attainable_us(g, "allgather", size, protocol)
+
+
+def test_a_candidate_the_runtime_refuses_is_never_the_best_and_says_why(ndv2, pair):
+    """``admit`` stands for a runtime's lowering: the faster candidate it refuses is timed and its reason
+    kept, the slower one it loads wins; a refused candidate that would not have won is never asked about."""
+    slow, fast, t_slow, t_fast = pair
+    asked = []
+
+    def admit(algorithm):
+        asked.append(algorithm.name)
+        return "too many XML nodes" if algorithm is fast else None
+
+    best, timings = fastest([Candidate(slow, "slow"), Candidate(fast, "fast")], ndv2, SIZE, admit=admit)
+    assert best.candidate.label == "slow" and best.time_us == pytest.approx(t_slow)
+    assert [(t.candidate.label, t.refused) for t in timings] == [("slow", None), ("fast", "too many XML nodes")]
+    assert timings[1].time_us == pytest.approx(t_fast)
+    asked.clear()
+    best, _ = fastest([Candidate(fast, "fast"), Candidate(fast, "again")], ndv2, SIZE, admit=lambda a: None)
+    assert best.candidate.label == "fast"
+    best, timings = fastest([Candidate(fast, "fast")], ndv2, SIZE, admit=admit)
+    assert best is None and timings[0].refused == "too many XML nodes"

@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..baselines import best_baseline
 from ..bounds import bound_algbw, bounds
 from ..errors import InputError
+from ..formats.loading import RUNTIMES, loader
 from ..milp.solution import SOLVERS
 from ..model.algorithm import save_algorithm
 from ..simulate import simulate
@@ -14,6 +15,7 @@ from ..synth import SynthOptions, synthesize
 from .common import add_hardware_args, add_run_args, collective_arg, print_json, run_from_args, topology_from_args
 
 REFERENCE_SIZE = 1 << 30
+ANY_RUNTIME = "any"
 
 
 def register(subparsers) -> None:
@@ -30,6 +32,9 @@ def register(subparsers) -> None:
     parser.add_argument("--threads", type=int, default=1, help="solver threads (default 1)")
     parser.add_argument("--mip-gap", type=float, default=1e-4, help="relative MIP gap (default 1e-4)")
     add_run_args(parser, "to choose the schedule for and simulate it with")
+    parser.add_argument("--runtime", choices=RUNTIMES + (ANY_RUNTIME,), default="msccl-executor",
+                        help="choose only schedules this runtime loads with --protocol and --instances (their "
+                             "lowering fits its limits; default msccl-executor, as `lower` writes; any: no check)")
     parser.add_argument("-o", "--output", help="write the algorithm JSON here")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
@@ -42,8 +47,9 @@ def run(args) -> int:
     protocol, instances = run_from_args(args)
     sketch = load_sketch(args.sketch) if args.sketch else default_sketch(graph, collective)
     engine = args.engine or sketch.engine or DEFAULT_ENGINE
+    runtime = None if args.runtime == ANY_RUNTIME else loader(args.runtime, graph)
     options = SynthOptions(engine=engine, solver=args.solver, time_limit=args.time_limit, threads=args.threads,
-                           mip_gap=args.mip_gap, size=size, protocol=protocol, instances=instances)
+                           mip_gap=args.mip_gap, size=size, protocol=protocol, instances=instances, runtime=runtime)
     result = synthesize(graph, collective, sketch, options)
     if args.output:
         try:
@@ -68,12 +74,13 @@ def run(args) -> int:
               for name, r in result.stages.items()}
     if args.json:
         print_json({"status": result.status, "engine": engine, "protocol": protocol, "instances": instances,
-                    "stages": stages,
+                    "runtime": args.runtime, "stages": stages,
                     "synthesis_seconds": result.seconds, "steps": result.algorithm.num_steps,
                     "transfers": len(result.algorithm.transfers), "simulated": simulated, "baseline": baseline,
                     "output": args.output})
         return 0
-    print(f"{collective} on {graph.graph['name']} ({engine}, for {protocol} x {instances}): {result.status}, "
+    loads = "" if runtime is None else f", loads in {runtime.name}"
+    print(f"{collective} on {graph.graph['name']} ({engine}, for {protocol} x {instances}{loads}): {result.status}, "
           f"{len(result.algorithm.transfers)} transfers in {result.algorithm.num_steps} steps")
     print(f"{'stage':<11} {'seconds':>8} {'vars':>7} {'cons':>7}  status      solver")
     for name, r in stages.items():

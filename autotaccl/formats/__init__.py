@@ -1,1 +1,2 @@
-"""Runtime formats: what an algorithm is lowered to, and the checkers that replay those files."""
+"""Runtime formats: what an algorithm is lowered to, the checkers that replay those files, and which
+runtime loads a schedule (``loading``, for synthesis)."""

@@ -3,6 +3,6 @@
 ``synthesize(graph, collective, sketch, SynthOptions(engine="milp"|"greedy", ...)) -> SynthResult``.
 """
 from ..milp.solution import StageReport
-from .pipeline import SynthOptions, SynthResult, check_routes, milp_problem, synthesize
+from .pipeline import Loader, SynthOptions, SynthResult, check_routes, milp_problem, synthesize
 
-__all__ = ["StageReport", "SynthOptions", "SynthResult", "check_routes", "milp_problem", "synthesize"]
+__all__ = ["Loader", "StageReport", "SynthOptions", "SynthResult", "check_routes", "milp_problem", "synthesize"]

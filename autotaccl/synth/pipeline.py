@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from typing import Callable, Mapping
 
 import networkx as nx
 
@@ -40,6 +40,16 @@ MAX_ROUTING_CANDIDATES = 60_000   # (chunk, link) pairs beyond which the routing
 
 
 @dataclass(frozen=True)
+class Loader:
+    """The runtime a schedule is synthesized for (``autotaccl.formats.loader`` makes one per runtime):
+    ``problem(algorithm, protocol, instances)`` is None when ``name`` loads the algorithm run that way,
+    else why not, in one line (a runtime limit the lowering would exceed)."""
+
+    name: str
+    problem: Callable[[Algorithm, str, int], str | None] = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
 class SynthOptions:
     """How to synthesize: everything besides the topology, the collective and the sketch that decides the result."""
 
@@ -52,6 +62,7 @@ class SynthOptions:
     bound_gap: float = 0.01         # within this share of the bound no search is worth it (0: search on)
     protocol: str = "Simple"        # the run it is tuned for: the simulator judges candidates under this
     instances: int = 1              # runtime protocol and instance count
+    runtime: Loader | None = None   # only schedules this runtime loads with them (None: any)
 
     def __post_init__(self) -> None:
         def fail(name: str, value: object, expected: str) -> ParameterError:
@@ -75,6 +86,15 @@ class SynthOptions:
             raise fail("protocol", repr(self.protocol), f"one of: {', '.join(PROTOCOLS)}")
         if isinstance(self.instances, bool) or not isinstance(self.instances, int) or self.instances < 1:
             raise fail("instances", repr(self.instances), "a whole number >= 1")
+        if self.runtime is not None and not isinstance(self.runtime, Loader):
+            raise fail("runtime", repr(self.runtime), "a Loader (autotaccl.formats.loader) or None")
+
+    def admit(self) -> Callable[[Algorithm], str | None] | None:
+        """Why the runtime cannot load an algorithm run with these options (None: it can); None: no runtime."""
+        loader = self.runtime
+        if loader is None:
+            return None
+        return lambda algorithm: loader.problem(algorithm, self.protocol, self.instances)
 
 
 @dataclass(frozen=True)
@@ -148,7 +168,7 @@ def check_routes(lt: LogicalTopology) -> None:
 def _greedy(lt: LogicalTopology, options: SynthOptions, sketch) -> tuple[Algorithm, dict, str]:
     began = time.perf_counter()
     algorithm = greedy(lt, options.size, batching=sketch.contiguity, gap=options.bound_gap,   # batch_window: the MILP's
-                       protocol=options.protocol, instances=options.instances)
+                       protocol=options.protocol, instances=options.instances, admit=options.admit())
     report = StageReport(time.perf_counter() - began, 0, 0, "heuristic", "greedy",
                          f"{algorithm.metadata.get('strategy')} routing, batching {algorithm.metadata.get('batching')}")
     return algorithm, {"greedy": report}, "heuristic"
@@ -209,11 +229,13 @@ def _select(lt: LogicalTopology, options: SynthOptions, milp: Algorithm, quick: 
     began = time.perf_counter()
     size = options.size
     best, timings = fastest([Candidate(quick, "greedy"), Candidate(milp, "milp")], lt.graph, size, margin=1e-9,
-                            prune=False, protocol=options.protocol, instances=options.instances)   # both times named
+                            prune=False, protocol=options.protocol, instances=options.instances,
+                            admit=options.admit())   # both times named
     winner = "greedy" if best is None else best.candidate.label
     times = {t.candidate.label: t.time_us for t in timings}
+    refused = "".join(f"; {t.candidate.label} refused: {t.refused}" for t in timings if t.refused)
     message = (f"{winner} kept: milp {times['milp']:.2f} us, greedy {times['greedy']:.2f} us "
-               f"at {format_size(size)}")
+               f"at {format_size(size)}{refused}")
     log.info("select: %s", message)
     report = StageReport(time.perf_counter() - began, 0, 0, "heuristic", "simulator", message)
     return (milp if winner == "milp" else quick), report

@@ -39,7 +39,7 @@ from ..model.algorithm import VerificationError, load_algorithm, verify
 from ..safety import replaced_dir
 from ..sizes import format_size
 from . import runtimes as rt
-from .lowered import check, lower_plan_text, lower_xml
+from .lowered import check, lower_plan_text, lower_xml, plan_protocol
 from .winners import exportable, pick, record, run_entries
 
 log = logging.getLogger(__name__)
@@ -337,7 +337,7 @@ def _files_for(client, rng: Range, graph, workdir: Path) -> tuple[Files | None, 
             notes.append(f"msccl-legacy: XML failed check_xml ({report.first}); stock NCCL serves the band there")
     except (InputError, ValueError) as err:
         notes.append(f"msccl-legacy: not lowered ({err}); stock NCCL serves the band there")
-    proto = rt.PLAN_PROTOCOL.get(rng.protocol, "Simple")
+    proto = plan_protocol(rng.protocol)
     if proto != rng.protocol:
         notes.append(f"mscclpp: the plan runs {proto} (MSCCL++ has no {rng.protocol}); {NOT_MEASURED}")
     for mode, inplace in (("outofplace", False), ("inplace", True)):

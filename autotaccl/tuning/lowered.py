@@ -38,6 +38,13 @@ def lower_plan_text(algorithm: Algorithm, graph, protocol: str, instances: int, 
     return mscclpp.plan_text(mscclpp.lower_plan(algorithm, graph, options))
 
 
+def plan_protocol(protocol: str) -> str:
+    """The protocol an MSCCL++ plan runs for ``protocol`` (it has no LL128: that runs Simple)."""
+    from ..formats.mscclpp.plan import PLAN_PROTOCOL
+
+    return PLAN_PROTOCOL.get(protocol, "Simple")
+
+
 def unmeasured_settings(runner: Runner) -> tuple[str, ...]:
     """The settings a runner's measurement does not apply, so it cannot tell their values apart: a runner of
     the algorithm IR on real hardware (mpi) moves the bytes without a protocol or instances; the simulator

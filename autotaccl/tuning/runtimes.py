@@ -37,8 +37,6 @@ TUNER_COLLECTIVES = {"allgather": "allgather", "reducescatter": "reducescatter",
 TUNER_ALGORITHMS = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvls_tree": "nvls_tree", "pat": "pat",
                     "collnet": "collnet_direct"}
 TUNER_PROTOCOLS = {"LL": "ll", "LL128": "ll128", "Simple": "simple"}
-#: MSCCL++ has Simple and LL: an LL128 winner's plan runs Simple (noted in the table)
-PLAN_PROTOCOL = {"LL": "LL", "LL128": "Simple", "Simple": "Simple"}
 
 TUNER_HEADER = """\
 # NCCL tuner config written by `autotaccl export` for NVIDIA/nccl plugins/tuner/example (NCCL >= 2.19).

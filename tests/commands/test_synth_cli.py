@@ -166,3 +166,20 @@ def test_synth_refuses_a_bad_run_in_one_line(tmp_path, capsys, flag, value, expe
                                "-o", str(out))
     assert code == 2 and not out.exists() and stdout == ""
     assert len(stderr.strip().splitlines()) == 1 and flag in stderr and expected in stderr
+
+
+@pytest.mark.slow
+def test_what_synth_writes_lowers_with_the_same_run_unless_told_any_runtime(tmp_path, capsys):
+    """By default synth ships only what msccl-executor loads with its --protocol and --instances, so
+    `lower` with the same flags writes it; with --runtime any it may ship what no runtime loads (two
+    DGX-H100, ReduceScatter at 1 GiB under x8: the rails in 64 slices) and `lower` says which limit."""
+    base = ["synth", "--hardware", "dgx-h100", "--nodes", "2", "--collective", "reducescatter", "--size", "1G",
+            "--instances", "8"]
+    for runtime, lowered in (("msccl-executor", 0), ("any", 2)):
+        algorithm = tmp_path / f"{runtime}.json"
+        code, stdout, _ = run(capsys, *base, "--runtime", runtime, "-o", str(algorithm), "--json")
+        assert code == 0 and json.loads(stdout)["runtime"] == runtime
+        xml = tmp_path / f"{runtime}.xml"
+        code, _, stderr = run(capsys, "lower", str(algorithm), "--instances", "8", "-o", str(xml))
+        assert code == lowered and xml.exists() == (lowered == 0), stderr
+    assert "XML nodes per rank: at most 4096" in stderr

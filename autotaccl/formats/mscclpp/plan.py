@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 PROTOCOLS = ("Simple", "LL")
+#: the protocol a plan runs for each NCCL protocol: MSCCL++ has no LL128, so that runs Simple
+PLAN_PROTOCOL = {"LL": "LL", "LL128": "Simple", "Simple": "Simple"}
 BUFFERS = ("i", "o", "s")
 CHANNEL_TYPES = ("memory", "port", "switch", "none")
 #: the collectives whose postcondition the checker proves (the IR's five)

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Iterator
+from typing import Callable, Iterator
 
+from ...errors import InfeasibleError
 from ...model.algorithm import Algorithm, verify
 from ...selection import Candidate, attainable_us, fastest
 from ...sketch.logical import LogicalTopology
@@ -20,7 +21,8 @@ START_ORDER_HANDICAP = 0.02   # prefer the dependency-depth order (far fewer ste
 
 
 def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | None = None,
-           gap: float = 0.0, protocol: str | None = None, instances: int = 1) -> Algorithm:
+           gap: float = 0.0, protocol: str | None = None, instances: int = 1,
+           admit: Callable[[Algorithm], str | None] | None = None) -> Algorithm:
     """The best of the greedy variants at ``size`` bytes run with ``protocol`` (default Simple) and
     ``instances``, judged by the simulator (verified).
 
@@ -32,11 +34,15 @@ def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | 
     AllGather and its reductions; first on big configurations), then every baseline
     the sketch admits, so the engine never returns something slower than one of them. ``gap``: stop
     looking once a candidate is within that share of the attainable bound (nothing can beat it by more).
+    ``admit``: why the runtime cannot load a candidate (None: it can); only one it loads is chosen.
     """
     enough = attainable_us(lt.graph, lt.collective.name, size, protocol) / (1 - gap) if gap else 0.0
-    best, _ = fastest(candidates(lt, batching, window), lt.graph, size, margin_us=EPS, enough_us=enough,
-                      protocol=protocol, instances=instances)
+    best, timings = fastest(candidates(lt, batching, window), lt.graph, size, margin_us=EPS, enough_us=enough,
+                            protocol=protocol, instances=instances, admit=admit)
     if best is None:
+        refused = [t.refused for t in timings if t.refused]
+        if refused:
+            raise InfeasibleError(f"no greedy schedule of {lt.collective.name} loads: {refused[-1]}")
         raise RuntimeError("the simulator could evaluate no greedy variant")
     verify(best.candidate.algorithm, lt.graph)
     return best.candidate.algorithm
@@ -83,17 +89,22 @@ def _strategies(lt: LogicalTopology, batching: bool, window: int | None, big: bo
 
 def _trees(lt: LogicalTopology) -> Iterator[Candidate]:
     """The rail schedules (plain, then spilled), then the tree packing: the cheap ones first, so at the
-    bound no LP is built; then a reduction's rails in slices, many more transfers for a tie."""
+    bound no LP is built; then a reduction's rails in slices (most pieces first), many more transfers
+    for a tie."""
     try:
         for name, algorithm in rail_schedules(lt):
             yield from _ordered(lt, algorithm, name)
     except NotApplicable as why:
         log.debug("greedy rails: %s", why)
-    for name, build in (("trees", forest), ("rails in slices", sliced_rails)):
-        try:
-            yield from _ordered(lt, build(lt), name)
-        except NotApplicable as why:
-            log.debug("greedy %s: %s", name, why)
+    try:
+        yield from _ordered(lt, forest(lt), "trees")
+    except NotApplicable as why:
+        log.debug("greedy trees: %s", why)
+    try:
+        for algorithm in sliced_rails(lt):
+            yield Candidate(algorithm, f"greedy rails in {algorithm.metadata['pieces']} slices")
+    except NotApplicable as why:
+        log.debug("greedy rails in slices: %s", why)
 
 
 def _ordered(lt: LogicalTopology, algorithm: Algorithm, name: str) -> Iterator[Candidate]:

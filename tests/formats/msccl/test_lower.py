@@ -184,7 +184,7 @@ def test_limits_name_the_limit_and_the_excess():
     spread = lower(many(0))
     assert parse_xml(spread).header["nchannels"] == "2" and check_xml(spread, seeds=1).valid
     # ... unless the channels are used up (link 31 already needs all 32)
-    with pytest.raises(LoweringError, match=r"steps per thread block.*at most 64.*needs 70, 6 too many"):
+    with pytest.raises(LoweringError, match=r"steps per thread block.*at most 64.*needs at least 70, 6 too many"):
         lower(many(31))
     assert check_xml(lower(many(31), LoweringOptions(runtime="msccl")), runtime="msccl", seeds=1).valid  # 256
     wide = algo("wide", "allgather", 2, [((0,), 0, 1, 0, "copy", 8), ((1,), 1, 0, 0, "copy", 8)])

@@ -8,6 +8,7 @@ plan redone) -> XML text.
 from __future__ import annotations
 
 import logging
+import math
 from collections import defaultdict
 
 from ....model.algorithm import Algorithm, VerificationError, verify
@@ -95,18 +96,20 @@ def lower_program(algorithm: Algorithm, options: LoweringOptions | None = None) 
 def _build_fitting(expanded: Algorithm, channels, origin, opts: LoweringOptions, source: str, algorithm: Algorithm):
     """(channels, _build(...)): if a thread block has more steps than the runtime allows, spread the
     chunks over k channel copies (chunk c on copy c mod k, so a forwarded chunk stays on one channel,
-    as NCCL's rings do), for the smallest k that fits."""
+    as NCCL's rings do), for the smallest k that fits. Splitting a thread block's chunks never merges
+    steps, so k starts where the busiest block's steps over the limit say (one copy each cannot do)."""
     base = 1 + max(channels, default=0)
     k = 1
     while True:
         spread = tuple(ch + (min(t.chunks) % k) * base for ch, t in zip(channels, expanded.transfers))
         try:
             return spread, _build(expanded, spread, origin, frozenset(), opts, source, algorithm)
-        except LoweringError as err:
-            if err.field != "steps per thread block" or base * (k + 1) > LIMITS[opts.runtime].channels:
+        except _TooManySteps as err:
+            fewest = max(k + 1, math.ceil(err.ratio)) if k == 1 else k + 1
+            if base * fewest > LIMITS[opts.runtime].channels:
                 raise
-            log.info("%s: %s; spreading chunks over %d channel copies", source, err, k + 1)
-            k += 1
+            log.info("%s: %s; spreading chunks over %d channel copies", source, err, fewest)
+            k = fewest
 
 
 def _build(expanded: Algorithm, channels, origin, forbid, opts: LoweringOptions, source: str, algorithm: Algorithm):
@@ -116,6 +119,7 @@ def _build(expanded: Algorithm, channels, origin, forbid, opts: LoweringOptions,
     plan = plan_threadblocks(expanded, channels, Uses.of(expanded), forbid)
     lay = layout(expanded, plan, opts.inplace)
     steps = build_steps(expanded, plan, lay, limits.max_cnt, origin)
+    _check_steps(steps, coll.ranks, limits, source)
     add_dependencies(steps, coll.name, coll.chunkup, opts.inplace, opts.outofplace)
     gpus = _number(steps, coll, lay.scratch, source, limits)
     program = Program(_header(algorithm, coll, gpus, opts), gpus)
@@ -214,6 +218,35 @@ def _check_size(algorithm: Algorithm, opts: LoweringOptions, source: str) -> Non
                                 f"{nodes - limits.nodes_per_rank} too many")
 
 
+class _TooManySteps(LoweringError):
+    """A thread block has more steps than the runtime allows, ``ratio`` times as many."""
+
+    def __init__(self, source: str, detail: str, ratio: float) -> None:
+        super().__init__(source, "steps per thread block", detail)
+        self.ratio = ratio
+
+
+def _check_steps(steps: list[StepRec], ranks: int, limits, source: str) -> None:
+    """Refuse, before the costly dependencies, a plan whose steps alone exceed the XML nodes per rank or
+    the steps per thread block: the ``nop`` steps of the dependencies only add to both
+    (:func:`_check_limits` has the final say)."""
+    per_tb: dict[TbKey, int] = defaultdict(int)
+    for st in steps:
+        per_tb[st.tb] += 1
+    nodes: dict[int, int] = defaultdict(lambda: 1 + ranks)
+    for key, count in per_tb.items():
+        nodes[key[0]] += 1 + count
+    rank, most = max(nodes.items(), key=lambda item: (item[1], -item[0]), default=(0, 0))
+    if most > limits.nodes_per_rank:
+        raise LoweringError(source, "XML nodes per rank", f"at most {limits.nodes_per_rank}; rank {rank} needs at "
+                            f"least {most}, {most - limits.nodes_per_rank} too many")
+    key, count = max(per_tb.items(), key=lambda item: item[1], default=((0, -1, -1, 0), 0))
+    if count > limits.steps_per_tb:
+        raise _TooManySteps(source, f"at most {limits.steps_per_tb}; rank {key[0]} (send {key[1]}, recv {key[2]}, "
+                                    f"channel {key[3]}) needs at least {count}, {count - limits.steps_per_tb} too many "
+                                    f"(use fewer chunks or more links)", count / limits.steps_per_tb)
+
+
 def _check_limits(program: Program, source: str, runtime: str) -> None:
     limits = LIMITS[runtime]
     for gpu in program.gpus:
@@ -223,10 +256,10 @@ def _check_limits(program: Program, source: str, runtime: str) -> None:
                                 f"{len(gpu.tbs) - limits.tbs_per_gpu} too many")
         for tb in gpu.tbs:
             if len(tb.steps) > limits.steps_per_tb:
-                raise LoweringError(source, "steps per thread block",
-                                    f"at most {limits.steps_per_tb} on {runtime}; rank {gpu.id} tb {tb.id} "
-                                    f"(send {tb.send}, recv {tb.recv}, channel {tb.chan}) needs {len(tb.steps)}, "
-                                    f"{len(tb.steps) - limits.steps_per_tb} too many (use fewer chunks or more links)")
+                raise _TooManySteps(source, f"at most {limits.steps_per_tb} on {runtime}; rank {gpu.id} tb {tb.id} "
+                                            f"(send {tb.send}, recv {tb.recv}, channel {tb.chan}) needs "
+                                            f"{len(tb.steps)}, {len(tb.steps) - limits.steps_per_tb} too many (use "
+                                            f"fewer chunks or more links)", len(tb.steps) / limits.steps_per_tb)
         nodes = 1 + program.ngpus + len(gpu.tbs) + sum(len(tb.steps) for tb in gpu.tbs)
         if nodes > limits.nodes_per_rank:
             raise LoweringError(source, "XML nodes per rank", f"at most {limits.nodes_per_rank}; rank {gpu.id} needs "

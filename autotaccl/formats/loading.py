@@ -1,0 +1,49 @@
+"""Which runtime loads a schedule: the :class:`~autotaccl.synth.Loader` synthesis checks its candidates
+with (``SynthOptions.runtime``), one per runtime the lowerings write for.
+
+A candidate loads when its lowering with the run's protocol and instances fits every limit of the
+runtime (``formats.msccl.program.LIMITS``: XML nodes and thread blocks per rank, steps per thread
+block, ...; ``formats.mscclpp.plan``: resident thread blocks, operations per thread block, ...): the
+lowering itself decides, so synthesis and the files a user writes never disagree.
+"""
+from __future__ import annotations
+
+import networkx as nx
+
+from ..errors import ParameterError
+from ..model.algorithm import Algorithm
+from ..synth import Loader
+from . import msccl, mscclpp
+from .msccl.program import RUNTIMES as XML_RUNTIMES
+from .mscclpp.plan import PLAN_PROTOCOL
+
+MSCCLPP = "mscclpp"
+RUNTIMES = XML_RUNTIMES + (MSCCLPP,)
+
+
+def loader(runtime: str, graph: nx.DiGraph | None = None) -> Loader:
+    """The :class:`Loader` of ``runtime``: an MSCCL XML runtime (``msccl-executor``, ``msccl``), or
+    ``mscclpp``, whose plans need the topology ``graph`` the algorithm runs on (an LL128 run's plan
+    runs Simple, as the export writes it)."""
+    if runtime in XML_RUNTIMES:
+        def problem(algorithm: Algorithm, protocol: str, instances: int) -> str | None:
+            try:
+                msccl.lower_program(algorithm, msccl.LoweringOptions(instances=instances, proto=protocol,
+                                                                runtime=runtime))
+            except msccl.LoweringError as err:
+                return f"{runtime}: {err}"
+            return None
+    elif runtime == MSCCLPP:
+        if graph is None:
+            raise ParameterError("graph", "None", "the topology an MSCCL++ plan runs on")
+
+        def problem(algorithm: Algorithm, protocol: str, instances: int) -> str | None:
+            options = mscclpp.PlanOptions(proto=PLAN_PROTOCOL[protocol], instances=instances)
+            try:
+                mscclpp.lower_plan(algorithm, graph, options)
+            except mscclpp.LoweringError as err:
+                return f"{runtime}: {err}"
+            return None
+    else:
+        raise ParameterError("runtime", repr(runtime), f"one of: {', '.join(RUNTIMES)}")
+    return Loader(runtime, problem)
