@@ -6,7 +6,8 @@ The Python API, in the order a sweep uses it::
 
     graph = autotaccl.build_topology(autotaccl.load_hardware("ndv2"), nodes=2)
     result = autotaccl.synthesize(graph, "allgather", autotaccl.load_sketch("sk.json"),
-                                  autotaccl.SynthOptions(engine="greedy", size=1 << 20))
+                                  autotaccl.SynthOptions(engine="greedy", size=1 << 20,
+                                                         runtime=autotaccl.loader("msccl-executor")))
     autotaccl.verify(result.algorithm, graph)
     print(autotaccl.simulate(result.algorithm, graph, 1 << 20).time_us, autotaccl.bounds(graph, "allgather"))
     xml = autotaccl.lower(result.algorithm)
@@ -36,9 +37,10 @@ _LAZY = {
     "model.topology": ("build_topology",),
     "sizes": ("parse_size", "parse_size_range"),
     "sketch": ("Sketch", "default_sketch", "load_sketch"),
-    "synth": ("SynthOptions", "SynthResult", "synthesize"),
+    "synth": ("Loader", "SynthOptions", "SynthResult", "synthesize"),
     "baselines": ("baseline",),
     "formats.msccl": ("LoweringOptions", "check_xml", "lower"),
+    "formats.loading": ("loader",),
     "tuning.space": ("SearchSpace", "load_space", "space_from_dict"),
     "tuning.sweep": ("TuneRequest", "tune"),
     "tuning.export": ("export",),

@@ -11,9 +11,11 @@ import autotaccl
 
 out = Path(sys.argv[1] if len(sys.argv) > 1 else "sweep-example").resolve()
 
-# one algorithm: the hardware's default sketch, the greedy engine, simulated against the bound
+# one algorithm: the hardware's default sketch, the greedy engine, one msccl-executor loads, simulated
+# against the bound
 graph = autotaccl.build_topology(autotaccl.load_hardware("ndv2"), nodes=2)
-result = autotaccl.synthesize(graph, "allgather", options=autotaccl.SynthOptions(engine="greedy"))
+options = autotaccl.SynthOptions(engine="greedy", runtime=autotaccl.loader("msccl-executor"))
+result = autotaccl.synthesize(graph, "allgather", options=options)
 autotaccl.verify(result.algorithm, graph)
 time_us = autotaccl.simulate(result.algorithm, graph, 1 << 20).time_us
 ceiling = autotaccl.bounds(graph, "allgather").algbw_GBps

@@ -26,24 +26,23 @@ def loader(runtime: str, graph: nx.DiGraph | None = None) -> Loader:
     ``mscclpp``, whose plans need the topology ``graph`` the algorithm runs on (an LL128 run's plan
     runs Simple, as the export writes it)."""
     if runtime in XML_RUNTIMES:
-        def problem(algorithm: Algorithm, protocol: str, instances: int) -> str | None:
-            try:
-                msccl.lower_program(algorithm, msccl.LoweringOptions(instances=instances, proto=protocol,
-                                                                runtime=runtime))
-            except msccl.LoweringError as err:
-                return f"{runtime}: {err}"
-            return None
+        def lower(algorithm: Algorithm, protocol: str, instances: int) -> None:
+            msccl.lower_program(algorithm, msccl.LoweringOptions(instances=instances, proto=protocol, runtime=runtime))
     elif runtime == MSCCLPP:
         if graph is None:
             raise ParameterError("graph", "None", "the topology an MSCCL++ plan runs on")
 
-        def problem(algorithm: Algorithm, protocol: str, instances: int) -> str | None:
+        def lower(algorithm: Algorithm, protocol: str, instances: int) -> None:
             options = mscclpp.PlanOptions(proto=PLAN_PROTOCOL[protocol], instances=instances)
-            try:
-                mscclpp.lower_plan(algorithm, graph, options)
-            except mscclpp.LoweringError as err:
-                return f"{runtime}: {err}"
-            return None
+            mscclpp.lower_plan(algorithm, graph, options)
     else:
         raise ParameterError("runtime", repr(runtime), f"one of: {', '.join(RUNTIMES)}")
+
+    def problem(algorithm: Algorithm, protocol: str, instances: int) -> str | None:
+        try:
+            lower(algorithm, protocol, instances)
+        except (msccl.LoweringError, mscclpp.LoweringError) as err:
+            return f"{runtime}: {err}"
+        return None
+
     return Loader(runtime, problem)

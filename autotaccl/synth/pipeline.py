@@ -41,7 +41,7 @@ MAX_ROUTING_CANDIDATES = 60_000   # (chunk, link) pairs beyond which the routing
 
 @dataclass(frozen=True)
 class Loader:
-    """The runtime a schedule is synthesized for (``autotaccl.formats.loader`` makes one per runtime):
+    """The runtime a schedule is synthesized for (``autotaccl.formats.loading.loader`` makes one per runtime):
     ``problem(algorithm, protocol, instances)`` is None when ``name`` loads the algorithm run that way,
     else why not, in one line (a runtime limit the lowering would exceed)."""
 
@@ -87,7 +87,7 @@ class SynthOptions:
         if isinstance(self.instances, bool) or not isinstance(self.instances, int) or self.instances < 1:
             raise fail("instances", repr(self.instances), "a whole number >= 1")
         if self.runtime is not None and not isinstance(self.runtime, Loader):
-            raise fail("runtime", repr(self.runtime), "a Loader (autotaccl.formats.loader) or None")
+            raise fail("runtime", repr(self.runtime), "a Loader (autotaccl.loader) or None")
 
     def admit(self) -> Callable[[Algorithm], str | None] | None:
         """Why the runtime cannot load an algorithm run with these options (None: it can); None: no runtime."""

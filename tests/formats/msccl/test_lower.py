@@ -369,3 +369,22 @@ def test_an_algorithm_too_large_for_the_runtime_is_refused_before_it_is_verified
     with pytest.raises(LoweringError) as err:
         lower(big)
     assert err.value.field == "XML nodes per rank" and "at least 102403" in err.value.expected
+
+
+def test_the_size_check_counts_a_forwarded_chunk_as_one_step_and_anything_else_as_two():
+    """Rank 1 receives 3000 chunks from rank 0 and sends 3000 to rank 2. Forwarding the chunks it received,
+    a receive and a send share a step (3004 XML nodes, within 4096: the check passes and verify refuses
+    the unverified algorithm); sending its own chunks, they cannot, and 6004 nodes are refused at once."""
+    n = 3000
+
+    def chain(sent: int) -> Algorithm:      # rank 1 sends rank ``sent``'s chunks
+        transfers = [Transfer((c,), 0, 1, 0) for c in range(n)] + [Transfer((sent * n + c,), 1, 2, 1)
+                                                                    for c in range(n)]
+        return Algorithm("chain", Collective("allgather", 3, n), tuple(transfers))
+
+    with pytest.raises(LoweringError) as err:
+        lower(chain(0))
+    assert err.value.field == "algorithm"
+    with pytest.raises(LoweringError) as err:
+        lower(chain(1))
+    assert err.value.field == "XML nodes per rank" and "rank 1 needs at least 6004 (6000 steps" in err.value.expected

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from ....model.algorithm import Algorithm, VerificationError, verify
 from ..program import COLL_NAMES, LEGACY_NO_LIMIT, LIMITS, Gpu, Program, Step, ThreadBlock
@@ -203,18 +203,26 @@ def _number(steps: list[StepRec], coll, scratch, source: str, limits) -> tuple[G
 
 def _check_size(algorithm: Algorithm, opts: LoweringOptions, source: str) -> None:
     """Refuse at once an algorithm too large for the runtime whatever the lowering does (which would take
-    minutes to find out): every transfer is a step of its sender and of its receiver (a receive and a send
-    may share one step), and each instance repeats them all."""
+    minutes to find out): every transfer is a step of its sender and of its receiver, except that one
+    step may receive a transfer and send on another of the same chunks (fused), and each instance
+    repeats them all."""
     limits = LIMITS[opts.runtime]
-    involved: dict[int, int] = {}
+    sends: Counter[tuple[int, tuple[int, ...]]] = Counter()
+    receives: Counter[tuple[int, tuple[int, ...]]] = Counter()
     for t in algorithm.transfers:
-        involved[t.src] = involved.get(t.src, 0) + 1
-        involved[t.dst] = involved.get(t.dst, 0) + 1
-    for rank, count in sorted(involved.items()):
-        nodes = 1 + algorithm.collective.ranks + -(-count * opts.instances // 2)
+        chunks = tuple(sorted(t.chunks))
+        sends[t.src, chunks] += 1
+        receives[t.dst, chunks] += 1
+    steps: Counter[int] = Counter()
+    for (rank, _), count in (sends + receives).items():
+        steps[rank] += count
+    for key, count in sends.items():
+        steps[key[0]] -= min(count, receives[key])
+    for rank, count in sorted(steps.items()):
+        nodes = 1 + algorithm.collective.ranks + count * opts.instances
         if nodes > limits.nodes_per_rank:
             raise LoweringError(source, "XML nodes per rank", f"at most {limits.nodes_per_rank}; rank {rank} needs at "
-                                f"least {nodes} ({count} transfers x {opts.instances} instance(s)), "
+                                f"least {nodes} ({count} steps x {opts.instances} instance(s)), "
                                 f"{nodes - limits.nodes_per_rank} too many")
 
 
