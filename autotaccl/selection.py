@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
 import networkx as nx
@@ -39,7 +39,7 @@ class Timed:
     candidate: Candidate
     result: SimResult | None        # None: the simulator failed on it, or it was pruned
     floor_us: float | None = None   # pruned: not simulated, its floor could not beat the best so far
-    refused: str | None = None      # faster than the best so far, but ``admit`` refused it: why
+    refused: str | None = None      # chosen, but ``admit`` refused it: why
 
     @property
     def time_us(self) -> float:
@@ -53,43 +53,63 @@ def fastest(candidates: Iterable[Candidate], graph: nx.DiGraph, size: int, *, ma
     """The fastest candidate at ``size`` bytes run with ``protocol`` (default Simple) and ``instances``
     (None if the simulator timed none) and every timing, in order.
 
-    A candidate replaces the best so far when its handicapped time is below ``best * (1 - margin) - margin_us``
-    and ``admit`` (if given) finds no problem with it (it returns None, else why not: a candidate the
-    runtime cannot load is never the best). ``prune``: skip the simulation of a candidate whose floor is
-    not below that. ``enough_us``: take no further candidates (nor build them) once the best's time is at
-    most this.
+    A candidate replaces the best so far when its handicapped time is below ``best * (1 - margin) - margin_us``.
+    ``prune``: skip the simulation of a candidate whose floor is not below that. ``enough_us``: take no
+    further candidates (nor build them) once the best's time is at most this. ``admit`` (if given) says
+    why the runtime cannot load a candidate (None: it can). Only the choice is asked; if it is refused, it
+    is marked so (``Timed.refused``) and the choice is made again without it, the candidates it had
+    pruned simulated where they could now win, and the rest taken as before.
     """
+    pending, timings = iter(candidates), []
+    while True:
+        best = _choose(pending, timings, graph, size, margin, margin_us, prune, enough_us, protocol, instances)
+        problem = admit(best.candidate.algorithm) if admit and best else None
+        if not problem:
+            return best, timings
+        log.debug("%s: refused (%s)", best.candidate.label, problem)
+        timings[timings.index(best)] = replace(best, refused=problem)
+
+
+def _choose(pending, timings: list[Timed], graph, size, margin, margin_us, prune, enough_us, protocol,
+            instances) -> Timed | None:
+    """The best of ``timings`` (timed again where a pruned one could now win, the refused left out), then
+    of the ``pending`` candidates, which it times and appends."""
     best: tuple[float, Timed] | None = None
-    timings = []
-    for candidate in candidates:
+
+    def time(candidate: Candidate) -> Timed:
         try:
             if prune and best is not None:      # the floor a candidate must get under to replace the best
                 limit = (best[0] * (1 - margin) - margin_us) / ((1 + candidate.handicap) * (1 - 1e-9))
                 floor, result = simulate_below(candidate.algorithm, graph, size, limit, protocol, instances)
                 if result is None:
-                    timings.append(Timed(candidate, None, floor))
                     log.debug("%s: at least %.3f us, not simulated", candidate.label, floor)
-                    continue
+                    return Timed(candidate, None, floor)
             else:
                 result = simulate(candidate.algorithm, graph, size, protocol, instances)
-            timed = Timed(candidate, result)
         except RuntimeError as err:
             log.warning("the simulator failed on %s (%s); candidate skipped", candidate.label, err)
-            timings.append(Timed(candidate, None))
-            continue
-        log.debug("%s: %.3f us", candidate.label, timed.time_us)
-        score = timed.time_us * (1 + candidate.handicap)
-        if best is None or score < best[0] * (1 - margin) - margin_us:
-            problem = admit(candidate.algorithm) if admit else None
-            if problem:
-                log.debug("%s: refused (%s)", candidate.label, problem)
-                timed = Timed(candidate, result, refused=problem)
-            else:
-                best = (score, timed)
-        timings.append(timed)
-        if best is not None and best[1].time_us <= enough_us:
+            return Timed(candidate, None)
+        log.debug("%s: %.3f us", candidate.label, result.time_us)
+        return Timed(candidate, result)
+
+    def consider(timed: Timed) -> None:
+        nonlocal best
+        score = timed.time_us * (1 + timed.candidate.handicap)
+        if timed.result is not None and not timed.refused and (
+                best is None or score < best[0] * (1 - margin) - margin_us):
+            best = (score, timed)
+
+    for k, timed in enumerate(timings):
+        if timed.result is None and timed.floor_us is not None:     # pruned against a best that may be gone
+            timings[k] = timed = time(timed.candidate)
+        consider(timed)
+    while best is None or best[1].time_us > enough_us:
+        candidate = next(pending, None)
+        if candidate is None:
             break
-    return (None if best is None else best[1]), timings
+        timings.append(time(candidate))
+        consider(timings[-1])
+    return None if best is None else best[1]
 
 
 def attainable_us(graph: nx.DiGraph, collective: str, size: float, protocol: str | None = None) -> float:
