@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Mapping
 
 import networkx as nx
@@ -88,6 +88,13 @@ class SynthOptions:
             raise fail("instances", repr(self.instances), "a whole number >= 1")
         if self.runtime is not None and not isinstance(self.runtime, Loader):
             raise fail("runtime", repr(self.runtime), "a Loader (autotaccl.loader) or None")
+
+    def settings(self) -> dict:
+        """Every option as plain data (cache keys, tracking): the runtime by its name, left out when None."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "runtime"}
+        if self.runtime is not None:
+            out["runtime"] = self.runtime.name
+        return out
 
     def admit(self) -> Callable[[Algorithm], str | None] | None:
         """Why the runtime cannot load an algorithm run with these options (None: it can); None: no runtime."""

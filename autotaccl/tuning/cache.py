@@ -13,7 +13,6 @@ import hashlib
 import json
 import logging
 import os
-from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +24,7 @@ log = logging.getLogger(__name__)
 
 def cache_key(collective: str, sketch_key: str, topology: str, options: SynthOptions) -> str:
     """``<collective>-<sketch key>-<engine>-<size>-<topology fingerprint>-<hash of every solver setting>``."""
-    settings = asdict(replace(options, runtime=None))
-    del settings["runtime"]
-    if options.runtime is not None:          # the runtime it must load in, by name (keys without one unchanged)
-        settings["runtime"] = options.runtime.name
-    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
+    digest = hashlib.sha256(json.dumps(options.settings(), sort_keys=True).encode()).hexdigest()[:8]
     return f"{collective}-{sketch_key}-{options.engine}-{options.size}-{topology}-{digest}"
 
 

@@ -187,7 +187,7 @@ class Objective:
                 if setting is not None:
                     params.setdefault(knob, setting)
         if "options" in record:
-            params.update({f"synth.{k}": v for k, v in asdict(record["options"]).items()})
+            params.update({f"synth.{k}": v for k, v in record["options"].settings().items()})
         synth = record.get("synth")
         if synth is not None:
             tags.update(sketch_key=synth.sketch_key, cache_key=synth.key, solver_status=synth.status, cache_hit=str(synth.cache_hit).lower())
