@@ -61,25 +61,12 @@ def fastest(candidates: Iterable[Candidate], graph: nx.DiGraph, size: int, *, ma
     pruned simulated where they could now win, and the rest taken as before.
     """
     pending, timings = iter(candidates), []
-    while True:
-        best = _choose(pending, timings, graph, size, margin, margin_us, prune, enough_us, protocol, instances)
-        problem = admit(best.candidate.algorithm) if admit and best else None
-        if not problem:
-            return best, timings
-        log.debug("%s: refused (%s)", best.candidate.label, problem)
-        timings[timings.index(best)] = replace(best, refused=problem)
 
-
-def _choose(pending, timings: list[Timed], graph, size, margin, margin_us, prune, enough_us, protocol,
-            instances) -> Timed | None:
-    """The best of ``timings`` (timed again where a pruned one could now win, the refused left out), then
-    of the ``pending`` candidates, which it times and appends."""
-    best: tuple[float, Timed] | None = None
-
-    def time(candidate: Candidate) -> Timed:
+    def time(candidate: Candidate, best: float | None) -> Timed:
+        """``candidate`` timed, or only floored where it cannot beat the ``best`` score so far."""
         try:
             if prune and best is not None:      # the floor a candidate must get under to replace the best
-                limit = (best[0] * (1 - margin) - margin_us) / ((1 + candidate.handicap) * (1 - 1e-9))
+                limit = (best * (1 - margin) - margin_us) / ((1 + candidate.handicap) * (1 - 1e-9))
                 floor, result = simulate_below(candidate.algorithm, graph, size, limit, protocol, instances)
                 if result is None:
                     log.debug("%s: at least %.3f us, not simulated", candidate.label, floor)
@@ -92,24 +79,36 @@ def _choose(pending, timings: list[Timed], graph, size, margin, margin_us, prune
         log.debug("%s: %.3f us", candidate.label, result.time_us)
         return Timed(candidate, result)
 
-    def consider(timed: Timed) -> None:
-        nonlocal best
-        score = timed.time_us * (1 + timed.candidate.handicap)
-        if timed.result is not None and not timed.refused and (
-                best is None or score < best[0] * (1 - margin) - margin_us):
-            best = (score, timed)
+    def choose() -> int | None:
+        """The index of the best in ``timings`` (a pruned one timed again where it could now win, the
+        refused left out), taking and timing ``pending`` candidates until one is good enough."""
+        best: tuple[float, int] | None = None
+        k = 0
+        while best is None or timings[best[1]].time_us > enough_us:
+            so_far = None if best is None else best[0]
+            if k == len(timings):
+                candidate = next(pending, None)
+                if candidate is None:
+                    break
+                timings.append(time(candidate, so_far))
+            elif timings[k].result is None and timings[k].floor_us is not None:   # pruned by a best now gone
+                timings[k] = time(timings[k].candidate, so_far)
+            timed = timings[k]
+            score = timed.time_us * (1 + timed.candidate.handicap)
+            if timed.result is not None and not timed.refused and (
+                    best is None or score < best[0] * (1 - margin) - margin_us):
+                best = (score, k)
+            k += 1
+        return None if best is None else best[1]
 
-    for k, timed in enumerate(timings):
-        if timed.result is None and timed.floor_us is not None:     # pruned against a best that may be gone
-            timings[k] = timed = time(timed.candidate)
-        consider(timed)
-    while best is None or best[1].time_us > enough_us:
-        candidate = next(pending, None)
-        if candidate is None:
-            break
-        timings.append(time(candidate))
-        consider(timings[-1])
-    return None if best is None else best[1]
+    while True:
+        k = choose()
+        best = None if k is None else timings[k]
+        problem = admit(best.candidate.algorithm) if admit and best else None
+        if not problem:
+            return best, timings
+        log.debug("%s: refused (%s)", best.candidate.label, problem)
+        timings[k] = replace(best, refused=problem)
 
 
 def attainable_us(graph: nx.DiGraph, collective: str, size: float, protocol: str | None = None) -> float:

@@ -12,7 +12,8 @@ import logging
 from ..errors import InputError
 from ..formats import mscclpp
 from ..formats.msccl import LoweringOptions, lower, check_xml
-from ..formats.msccl.program import PROTOCOLS, RUNTIMES
+from ..formats.loading import MSCCLPP, RUNTIMES
+from ..formats.msccl.program import PROTOCOLS
 from ..model.algorithm import Algorithm, load_verified
 from ..model.hardware import load_hardware
 from ..safety import output_file
@@ -20,7 +21,6 @@ from ..sizes import parse_size
 from .common import add_hardware_args, topology_from_args
 
 log = logging.getLogger(__name__)
-MSCCLPP = "mscclpp"
 
 
 def register(subparsers) -> None:
@@ -32,7 +32,7 @@ def register(subparsers) -> None:
                         help="protocol (default Simple; mscclpp takes Simple or LL)")
     parser.add_argument("--min-bytes", help="smallest call size it is selected for (e.g. 1M; default 0)")
     parser.add_argument("--max-bytes", help="largest call size it is selected for, inclusive (default: no limit)")
-    parser.add_argument("--runtime", choices=RUNTIMES + (MSCCLPP,), default="msccl-executor",
+    parser.add_argument("--runtime", choices=RUNTIMES, default="msccl-executor",
                         help="the runtime that loads the file (default msccl-executor; mscclpp writes an "
                              "execution plan)")
     mode = parser.add_mutually_exclusive_group()

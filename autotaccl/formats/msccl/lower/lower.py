@@ -207,31 +207,38 @@ def _check_size(algorithm: Algorithm, opts: LoweringOptions, source: str) -> Non
     step may receive a transfer and send on another of the same chunks (fused), and each instance
     repeats them all."""
     limits = LIMITS[opts.runtime]
+    steps: Counter[int] = Counter()
     sends: Counter[tuple[int, tuple[int, ...]]] = Counter()
     receives: Counter[tuple[int, tuple[int, ...]]] = Counter()
     for t in algorithm.transfers:
         chunks = tuple(sorted(t.chunks))
+        steps.update((t.src, t.dst))
         sends[t.src, chunks] += 1
         receives[t.dst, chunks] += 1
-    steps: Counter[int] = Counter()
-    for (rank, _), count in (sends + receives).items():
-        steps[rank] += count
     for key, count in sends.items():
         steps[key[0]] -= min(count, receives[key])
     for rank, count in sorted(steps.items()):
         nodes = 1 + algorithm.collective.ranks + count * opts.instances
         if nodes > limits.nodes_per_rank:
-            raise LoweringError(source, "XML nodes per rank", f"at most {limits.nodes_per_rank}; rank {rank} needs at "
-                                f"least {nodes} ({count} steps x {opts.instances} instance(s)), "
-                                f"{nodes - limits.nodes_per_rank} too many")
+            raise _too_many_nodes(source, limits, f"rank {rank}", nodes, f"at least {nodes} ({count} steps x "
+                                                                       f"{opts.instances} instance(s))")
+
+
+def _too_many_nodes(source: str, limits, where: str, nodes: int, needs: str) -> LoweringError:
+    """``where`` needs ``nodes`` XML nodes (``needs`` says how many, and why), more than the runtime parses."""
+    return LoweringError(source, "XML nodes per rank", f"at most {limits.nodes_per_rank}; {where} needs {needs}, "
+                                                       f"{nodes - limits.nodes_per_rank} too many")
 
 
 class _TooManySteps(LoweringError):
-    """A thread block has more steps than the runtime allows, ``ratio`` times as many."""
+    """A thread block (``where``) needs ``count`` steps (``least``: at least), more than the runtime's
+    ``limit`` (``on``: which runtime, if said); ``ratio``: how many times more."""
 
-    def __init__(self, source: str, detail: str, ratio: float) -> None:
-        super().__init__(source, "steps per thread block", detail)
-        self.ratio = ratio
+    def __init__(self, source: str, limit: int, on: str, where: str, count: int, least: bool = False) -> None:
+        needs = f"at least {count}" if least else str(count)
+        super().__init__(source, "steps per thread block", f"at most {limit}{on}; {where} needs {needs}, "
+                                                           f"{count - limit} too many (use fewer chunks or more links)")
+        self.ratio = count / limit
 
 
 def _check_steps(steps: list[StepRec], ranks: int, limits, source: str) -> None:
@@ -246,13 +253,11 @@ def _check_steps(steps: list[StepRec], ranks: int, limits, source: str) -> None:
         nodes[key[0]] += 1 + count
     rank, most = max(nodes.items(), key=lambda item: (item[1], -item[0]), default=(0, 0))
     if most > limits.nodes_per_rank:
-        raise LoweringError(source, "XML nodes per rank", f"at most {limits.nodes_per_rank}; rank {rank} needs at "
-                            f"least {most}, {most - limits.nodes_per_rank} too many")
+        raise _too_many_nodes(source, limits, f"rank {rank}", most, f"at least {most}")
     key, count = max(per_tb.items(), key=lambda item: item[1], default=((0, -1, -1, 0), 0))
     if count > limits.steps_per_tb:
-        raise _TooManySteps(source, f"at most {limits.steps_per_tb}; rank {key[0]} (send {key[1]}, recv {key[2]}, "
-                                    f"channel {key[3]}) needs at least {count}, {count - limits.steps_per_tb} too many "
-                                    f"(use fewer chunks or more links)", count / limits.steps_per_tb)
+        raise _TooManySteps(source, limits.steps_per_tb, "", f"rank {key[0]} (send {key[1]}, recv {key[2]}, channel "
+                                                             f"{key[3]})", count, least=True)
 
 
 def _check_limits(program: Program, source: str, runtime: str) -> None:
@@ -264,14 +269,11 @@ def _check_limits(program: Program, source: str, runtime: str) -> None:
                                 f"{len(gpu.tbs) - limits.tbs_per_gpu} too many")
         for tb in gpu.tbs:
             if len(tb.steps) > limits.steps_per_tb:
-                raise _TooManySteps(source, f"at most {limits.steps_per_tb} on {runtime}; rank {gpu.id} tb {tb.id} "
-                                            f"(send {tb.send}, recv {tb.recv}, channel {tb.chan}) needs "
-                                            f"{len(tb.steps)}, {len(tb.steps) - limits.steps_per_tb} too many (use "
-                                            f"fewer chunks or more links)", len(tb.steps) / limits.steps_per_tb)
+                raise _TooManySteps(source, limits.steps_per_tb, f" on {runtime}", f"rank {gpu.id} tb {tb.id} (send "
+                                    f"{tb.send}, recv {tb.recv}, channel {tb.chan})", len(tb.steps))
         nodes = 1 + program.ngpus + len(gpu.tbs) + sum(len(tb.steps) for tb in gpu.tbs)
         if nodes > limits.nodes_per_rank:
-            raise LoweringError(source, "XML nodes per rank", f"at most {limits.nodes_per_rank}; rank {gpu.id} needs "
-                                f"{nodes}, {nodes - limits.nodes_per_rank} too many")
+            raise _too_many_nodes(source, limits, f"rank {gpu.id}", nodes, str(nodes))
         for buf, size in (("i", gpu.i_chunks), ("o", gpu.o_chunks), ("s", gpu.s_chunks)):
             if size > limits.max_offset + 1:
                 raise LoweringError(source, "buffer chunks", f"offsets < {limits.max_offset + 1} (int16); rank "
