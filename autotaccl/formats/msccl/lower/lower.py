@@ -97,7 +97,9 @@ def _build_fitting(expanded: Algorithm, channels, origin, opts: LoweringOptions,
     """(channels, _build(...)): if a thread block has more steps than the runtime allows, spread the
     chunks over k channel copies (chunk c on copy c mod k, so a forwarded chunk stays on one channel,
     as NCCL's rings do), for the smallest k that fits. Splitting a thread block's chunks never merges
-    steps, so k starts where the busiest block's steps over the limit say (one copy each cannot do)."""
+    steps, so k starts above the busiest block's steps over the limit: at exactly the limit the
+    dependencies' nops would push it over (a 16-piece AllReduce on two DGX-A100 at x4: 128 steps on 64
+    per block, 2 copies fail after three builds, 5.4 s, 3 copies load at once)."""
     base = 1 + max(channels, default=0)
     k = 1
     while True:
@@ -105,7 +107,7 @@ def _build_fitting(expanded: Algorithm, channels, origin, opts: LoweringOptions,
         try:
             return spread, _build(expanded, spread, origin, frozenset(), opts, source, algorithm)
         except _TooManySteps as err:
-            fewest = max(k + 1, math.ceil(err.ratio)) if k == 1 else k + 1
+            fewest = max(k + 1, math.floor(err.ratio) + 1) if k == 1 else k + 1
             if base * fewest > LIMITS[opts.runtime].channels:
                 raise
             log.info("%s: %s; spreading chunks over %d channel copies", source, err, fewest)
