@@ -18,6 +18,7 @@ from typing import Sequence
 
 from . import commands
 from .errors import InfeasibleError, InputError, ParameterError, stop_status
+from .interrupts import raise_lost_interrupts
 
 # library parameters whose command-line option has another name (``dest``); every other parameter is
 # its option's dest (``trials`` -> --trials, ``time_limit`` -> --time-limit)
@@ -79,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    raise_lost_interrupts()
     try:
         return int(args.func(args) or 0)
     except (InputError, InfeasibleError) as err:

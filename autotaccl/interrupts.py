@@ -1,4 +1,5 @@
-"""Ctrl-C held over a stretch that must not be cut short, and raised once the stretch is over.
+"""Ctrl-C held over a stretch that must not be cut short, and raised once the stretch is over; and
+Ctrl-C that lands where Python cannot raise it, raised again (:func:`raise_lost_interrupts`).
 
 Two stretches use it: a trial between its creation by Optuna and its parameters being stored
 (``cluster.loop``), and each call into a store this process opens itself (``tracking.MlflowClient``).
@@ -8,10 +9,14 @@ write lock. Every other writer then waits out its busy time-out and fails ("data
 """
 from __future__ import annotations
 
+import _thread
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
+
+LOST_INTERRUPT_DELAY = 0.05   # seconds: enough for the main thread to leave the callback
 
 
 class _Catch:
@@ -57,3 +62,22 @@ def held_interrupt() -> Iterator[None]:
         yield
     finally:
         hold.end()
+
+
+def raise_lost_interrupts() -> None:
+    """Make a Ctrl-C that lands in code Python cannot raise from (a weakref callback, a ``__del__``, a
+    garbage collection) raise in the main thread a moment later, instead of being printed as "Exception
+    ignored in ..." and lost. It is raised again from a helper thread, once the main thread is back in
+    ordinary code (raised at once, it would land in the same place). Other such exceptions are reported
+    as before."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            timer = threading.Timer(LOST_INTERRUPT_DELAY, _thread.interrupt_main)
+            timer.daemon = True
+            timer.start()
+        else:
+            previous(unraisable)
+
+    sys.unraisablehook = hook

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -67,3 +69,39 @@ def test_where_ctrl_c_is_ignored_a_hold_leaves_it_ignored():
         assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+LOST_CTRL_C = """
+import os, signal, sys, time, weakref
+from autotaccl.interrupts import raise_lost_interrupts
+if sys.argv[1] == "hook":
+    raise_lost_interrupts()
+
+def callback(ref):                 # a real SIGINT, handled while Python runs a weakref callback
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(100000):
+        pass
+
+class Thing:
+    pass
+
+thing = Thing()
+ref = weakref.ref(thing, callback)
+try:
+    del thing
+    start = time.monotonic()
+    while time.monotonic() - start < 2:
+        pass
+    print("lost")
+except KeyboardInterrupt:
+    print("raised")
+"""
+
+
+@pytest.mark.parametrize("hook", ["hook", "none"])
+def test_a_ctrl_c_inside_a_weakref_callback_is_raised_in_the_main_thread_not_printed_and_lost(hook):
+    run = subprocess.run([sys.executable, "-c", LOST_CTRL_C, hook], capture_output=True, text=True, timeout=60)
+    if hook == "hook":
+        assert (run.stdout.strip(), run.stderr) == ("raised", "")
+    else:                          # what Python does without it: one "Exception ignored" and the Ctrl-C gone
+        assert run.stdout.strip() == "lost" and "Exception ignored" in run.stderr

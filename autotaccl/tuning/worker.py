@@ -12,6 +12,8 @@ import logging
 import sys
 from pathlib import Path
 
+from ..interrupts import raise_lost_interrupts
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="autotaccl-worker")
@@ -20,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index", type=int, default=0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format=f"worker {args.index}: %(levelname)s %(name)s: %(message)s")
+    raise_lost_interrupts()
     try:
         return _run(Path(args.config), args.n_trials)
     except (KeyboardInterrupt, Exception) as err:

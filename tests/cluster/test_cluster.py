@@ -234,7 +234,7 @@ def test_failures_become_trial_states_with_reasons_and_the_sweep_goes_on(tmp_pat
     tickets.mkdir()
     env = {**os.environ, "AUTOTACCL_FAULT_TICKETS": str(tickets)}
     proc = subprocess.Popen(tune_cmd(*common, "--study", "faults", "--trials", "5", "--runner", "mpi", "--np", "4",
-                                     "--launcher", str(launcher), "--timeout-per-run", "20", "--margin", "10"),
+                                     "--launcher", str(launcher), "--timeout-per-run", "40", "--margin", "10"),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
     deadline = time.monotonic() + 120       # the baselines are measured first, without faults: the study
     while time.monotonic() < deadline and proc.poll() is None and not [   # has its seeds queued only after
@@ -243,7 +243,7 @@ def test_failures_become_trial_states_with_reasons_and_the_sweep_goes_on(tmp_pat
         time.sleep(0.2)
     (tickets / "1.ticket").write_text("crash")
     (tickets / "2.ticket").write_text("hang")
-    output = proc.communicate(timeout=240)[0]
+    output = proc.communicate(timeout=300)[0]     # the hung rank's 40 s, and ranks slow to start on a loaded machine
     assert proc.returncode == 0, output
     assert not list(tickets.glob("*.ticket")), "both faults were injected"
 
@@ -253,7 +253,7 @@ def test_failures_become_trial_states_with_reasons_and_the_sweep_goes_on(tmp_pat
     reasons = "\n".join(failed.values())
     assert sum("synthesis:" in r for r in failed.values()) == 1, reasons          # the corrupted cache entry
     assert sum("died first" in r for r in failed.values()) == 1, reasons         # the crashed rank
-    assert sum("timed out after 20 s" in r for r in failed.values()) == 1, reasons  # the hung rank
+    assert sum("timed out after 40 s" in r for r in failed.values()) == 1, reasons  # the hung rank
     assert any(t.state == TrialState.COMPLETE for t in trials)
 
     mlflow.set_tracking_uri(mlflow_server.uri)
