@@ -8,6 +8,7 @@ by this rule and the XML lowering and checker alias the XML's ``i`` and ``o`` bu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,7 @@ class InPlace:
     output_offset: int
 
 
+@lru_cache(maxsize=4096)      # the lowering asks once per cell it touches
 def inplace_layout(collective: str, per_rank: int, rank: int) -> InPlace:
     """The in-place aliasing of ``rank`` for ``collective``, ``per_rank`` chunks being one rank's block."""
     if collective == "allgather":

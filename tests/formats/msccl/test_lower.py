@@ -102,6 +102,52 @@ def test_ring_is_fused_like_the_tools_write_it():
     assert [s.type for s in ag.gpus[0].tbs[1].steps] == ["s", "rcs", "rcs", "r"]
 
 
+def test_a_receive_and_send_pair_that_fuses_nothing_gets_two_thread_blocks():
+    """Rank 1 forwards chunk 0 from rank 0 to rank 2 (and chunk 2 back), but sends its own chunk between
+    the receive and the forward, so no step can fuse them: one block for both would hold its own send
+    behind the receive. Each peer gets a block of its own, and the program still checks."""
+    alg = algo("star", "allgather", 3, [((0,), 0, 1, 0), ((2,), 2, 1, 0), ((1,), 1, 2, 1), ((1,), 1, 0, 1),
+                                        ((0,), 1, 2, 2), ((2,), 1, 0, 2)])
+    text = lower(alg)
+    report = check_xml(text, mode="both", seeds=SEEDS)
+    assert report.valid, str(report)
+    tbs = [tb for tb in parse_xml(text).gpus[1].tbs if (tb.send, tb.recv) != (-1, -1)]   # not the local copy
+    assert sorted((tb.send, tb.recv) for tb in tbs) == [(-1, 0), (-1, 2), (0, -1), (2, -1)]
+    assert sorted([s.type for s in tb.steps] for tb in tbs) == [["r"], ["r"], ["s", "s"], ["s", "s"]]
+
+
+def forwarding_star(ranks: int, channels: int = 32) -> Algorithm:
+    """AllGather where rank 0 receives chunk j of every other rank p on channel j and forwards it to
+    rank p % (ranks - 1) + 1 after sending that rank its own chunk j, so no step fuses; the rest direct."""
+    def chunk(r: int, j: int) -> int:
+        return r * channels + j
+
+    def hub_peer(p: int) -> int:
+        return p % (ranks - 1) + 1
+
+    transfers = []
+    for j in range(channels):
+        for p in range(1, ranks):
+            transfers.append(Transfer((chunk(p, j),), p, 0, 0, channel=j))
+            transfers.append(Transfer((chunk(0, j),), 0, p, 1, channel=j))
+            transfers.append(Transfer((chunk(p, j),), 0, hub_peer(p), 2, channel=j))
+            transfers += [Transfer((chunk(p, j),), p, d, 0, channel=j) for d in range(1, ranks)
+                          if d not in (p, hub_peer(p))]
+    return Algorithm("star", Collective("allgather", ranks, channels), tuple(transfers))
+
+
+def test_split_pairs_that_exceed_the_dependency_targets_stay_pairs():
+    """Split, each forwarding pair's receive block becomes a dependency target of its send block: on 5
+    ranks rank 0 has 4 x 32 = 128 of them, as many as the runtime addresses, so they are split; on 6 ranks
+    160 would be, so the pairs stay (no cross-block dependency: one block receives and forwards)."""
+    for ranks, paired in ((5, False), (6, True)):
+        text = lower(forwarding_star(ranks))
+        report = check_xml(text, mode="both", seeds=SEEDS)
+        assert report.valid, str(report)
+        tbs = parse_xml(text).gpus[0].tbs
+        assert sum(tb.send >= 0 and tb.recv >= 0 for tb in tbs) == (32 * (ranks - 1) if paired else 0)
+
+
 def test_contiguous_chunks_become_one_step_and_long_runs_split_at_71():
     prog = parse_xml(lower(batched_allgather(4, 3)))
     sends = [s for g in prog.gpus for tb in g.tbs for s in tb.steps if s.type in ("s", "rcs", "r")]

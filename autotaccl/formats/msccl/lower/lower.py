@@ -23,6 +23,9 @@ from .threadblocks import TbKey, Uses, plan_threadblocks
 from .xmlwrite import write_xml
 
 log = logging.getLogger(__name__)
+
+#: the limits more thread blocks can break: a program that splits the pairs fusing nothing keeps them instead
+BLOCK_LIMITS = ("dependency target thread blocks", "thread blocks per GPU")
 NAME_CHARS = 63     # the legacy runtime keeps 63 characters of the name
 MAX_ATTEMPTS = 8    # re-plans that split deadlocked send/receive thread blocks before splitting all
 
@@ -50,15 +53,41 @@ def lower_program(algorithm: Algorithm, options: LoweringOptions | None = None) 
                             f"{links * opts.instances - limits.channels} too many")
     expanded, channels = replicate(algorithm, opts.instances)
     channels = spread_channels(expanded, channels, limits.tbs_per_channel_direction, limits.channels, source)
+    try:
+        program = _program(expanded, channels, opts, source, algorithm, split_idle=True)
+    except LoweringError as err:     # the blocks of the split pairs are too many: keep the pairs
+        if err.field not in BLOCK_LIMITS:
+            raise
+        log.info("%s: %s; keeping the thread-block pairs that fuse nothing", source, err)
+        program = _program(expanded, channels, opts, source, algorithm, split_idle=False)
     coll = expanded.collective
+    gpus = program.gpus
+    if opts.runtime == "msccl" and opts.max_bytes is None and any(g.s_chunks for g in gpus):
+        log.warning("%s: the msccl runtime allocates maxBytes * s_chunks / nchunksperloop = %d bytes of scratch "
+                    "at init (maxBytes=%d, no max_bytes given)", source,
+                    LEGACY_NO_LIMIT * max(g.s_chunks for g in gpus) // int(program.header["nchunksperloop"]),
+                    LEGACY_NO_LIMIT)
+    log.info("lowered %s: %d ranks, %d channels, %d thread blocks, %d steps", source, coll.ranks,
+             int(program.header["nchannels"]), sum(len(g.tbs) for g in gpus),
+             sum(len(tb.steps) for g in gpus for tb in g.tbs))
+    return program
+
+
+def _program(expanded: Algorithm, channels, opts: LoweringOptions, source: str, algorithm: Algorithm,
+             split_idle: bool) -> Program:
+    """The program of ``expanded`` that fits the runtime and replays correctly: thread blocks spread
+    over channel copies where they have too many steps, runs of non-contiguous transfers on channels of
+    their own or send/receive pairs split where the replay deadlocks. ``split_idle``: a pair of peers
+    that fuses nothing gets a block each (:func:`~.threadblocks.plan_threadblocks`)."""
+    limits = LIMITS[opts.runtime]
     origin = tuple(range(len(expanded.transfers)))
-    channels, (program, stuck, problem) = _build_fitting(expanded, channels, origin, opts, source, algorithm)
+    channels, (program, stuck, problem) = _build_fitting(expanded, channels, origin, opts, source, algorithm, split_idle)
     if problem is not None and stuck:
         split = split_runs(expanded, channels, origin, opts.inplace, limits.channels)
         if split is not None:
             log.info("%s: %s; sending the runs of non-contiguous transfers on separate channels", source, problem)
             try:
-                split_program, _, split_problem = _build(*split, frozenset(), opts, source, algorithm)
+                split_program, _, split_problem = _build(*split, frozenset(), opts, source, algorithm, split_idle)
             except LoweringError as err:       # more channels or steps than the runtime allows
                 log.info("%s: %s", source, err)
                 split_problem = err
@@ -80,20 +109,12 @@ def lower_program(algorithm: Algorithm, options: LoweringOptions | None = None) 
         attempt += 1
         forbid = None if not pairs or attempt >= MAX_ATTEMPTS else forbid | pairs
         log.info("%s: %s; splitting %d send/receive thread blocks", source, problem, len(pairs))
-        program, stuck, problem = _build(expanded, channels, origin, forbid, opts, source, algorithm)
-    gpus = program.gpus
-    if opts.runtime == "msccl" and opts.max_bytes is None and any(g.s_chunks for g in gpus):
-        log.warning("%s: the msccl runtime allocates maxBytes * s_chunks / nchunksperloop = %d bytes of scratch "
-                    "at init (maxBytes=%d, no max_bytes given)", source,
-                    LEGACY_NO_LIMIT * max(g.s_chunks for g in gpus) // int(program.header["nchunksperloop"]),
-                    LEGACY_NO_LIMIT)
-    log.info("lowered %s: %d ranks, %d channels, %d thread blocks, %d steps", source, coll.ranks,
-             int(program.header["nchannels"]), sum(len(g.tbs) for g in gpus),
-             sum(len(tb.steps) for g in gpus for tb in g.tbs))
+        program, stuck, problem = _build(expanded, channels, origin, forbid, opts, source, algorithm, split_idle)
     return program
 
 
-def _build_fitting(expanded: Algorithm, channels, origin, opts: LoweringOptions, source: str, algorithm: Algorithm):
+def _build_fitting(expanded: Algorithm, channels, origin, opts: LoweringOptions, source: str, algorithm: Algorithm,
+                   split_idle: bool):
     """(channels, _build(...)): if a thread block has more steps than the runtime allows, spread the
     chunks over k channel copies (chunk c on copy c mod k, so a forwarded chunk stays on one channel,
     as NCCL's rings do), for the smallest k that fits. Splitting a thread block's chunks never merges
@@ -105,7 +126,7 @@ def _build_fitting(expanded: Algorithm, channels, origin, opts: LoweringOptions,
     while True:
         spread = tuple(ch + (min(t.chunks) % k) * base for ch, t in zip(channels, expanded.transfers))
         try:
-            return spread, _build(expanded, spread, origin, frozenset(), opts, source, algorithm)
+            return spread, _build(expanded, spread, origin, frozenset(), opts, source, algorithm, split_idle)
         except _TooManySteps as err:
             fewest = max(k + 1, math.floor(err.ratio) + 1) if k == 1 else k + 1
             if base * fewest > LIMITS[opts.runtime].channels:
@@ -114,11 +135,12 @@ def _build_fitting(expanded: Algorithm, channels, origin, opts: LoweringOptions,
             k = fewest
 
 
-def _build(expanded: Algorithm, channels, origin, forbid, opts: LoweringOptions, source: str, algorithm: Algorithm):
+def _build(expanded: Algorithm, channels, origin, forbid, opts: LoweringOptions, source: str, algorithm: Algorithm,
+           split_idle: bool):
     """(program, stuck thread blocks, replay problem) for one thread-block plan."""
     limits = LIMITS[opts.runtime]
     coll = expanded.collective
-    plan = plan_threadblocks(expanded, channels, Uses.of(expanded), forbid)
+    plan = plan_threadblocks(expanded, channels, Uses.of(expanded), forbid, split_idle)
     lay = layout(expanded, plan, opts.inplace)
     steps = build_steps(expanded, plan, lay, limits.max_cnt, origin)
     _check_steps(steps, coll.ranks, limits, source)

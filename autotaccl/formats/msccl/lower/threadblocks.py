@@ -4,8 +4,10 @@ fused with the send that forwards it (``rcs``, ``rrs``, ``rrcs``).
 A thread block has one send peer and one receive peer on one channel, and a rank has at most one per
 (peer, channel, direction). On each (rank, channel) the receive peer ``p`` is paired with the send peer
 ``q`` that forwards most of what arrives from ``p`` (a ring gets one ``send=r+1 recv=r-1`` block);
-unpaired peers get a block of their own. A receive is fused with the next step of its thread block when
-that step sends exactly the chunks just received and nothing touched them in between.
+unpaired peers get a block of their own, and so do the peers of a pair whose order fuses nothing (its
+block would hold every receive behind the sends before it and back, where two blocks overlap them),
+unless the runtime has too few blocks for that (``split_idle``). A receive is fused with the next step of its thread block when that step sends exactly the chunks just
+received and nothing touched them in between.
 """
 from __future__ import annotations
 
@@ -109,10 +111,12 @@ def forward_candidates(algorithm: Algorithm, channels: tuple[int, ...], uses: Us
 
 
 def plan_threadblocks(algorithm: Algorithm, channels: tuple[int, ...], uses: Uses,
-                      forbid: frozenset[tuple[int, int, int, int]] | None = frozenset()) -> Plan:
+                      forbid: frozenset[tuple[int, int, int, int]] | None = frozenset(),
+                      split_idle: bool = True) -> Plan:
     """``forbid``: (rank, channel, receive peer, send peer) pairs that must not share a thread block
     (None: no pairs at all; then every block only sends or only receives, nothing is fused and events run
-    in program order, which cannot deadlock)."""
+    in program order, which cannot deadlock). ``split_idle``: the peers of a pair that fuses nothing get a
+    block each (False: fewer blocks, where the runtime has too few)."""
     transfers = algorithm.transfers
     coll = algorithm.collective
     sequential = forbid is None
@@ -136,16 +140,14 @@ def plan_threadblocks(algorithm: Algorithm, channels: tuple[int, ...], uses: Use
             recv_key.setdefault((rank, p, chan), (rank, -1, p, chan))
         for q in sorted(sends):
             send_key.setdefault((rank, q, chan), (rank, q, -1, chan))
-    send_tb = tuple(send_key[(tr.src, tr.dst, channels[t])] for t, tr in enumerate(transfers))
-    recv_tb = tuple(recv_key[(tr.dst, tr.src, channels[t])] for t, tr in enumerate(transfers))
-    events = defaultdict(list)
-    for t, kind in event_order(algorithm, sequential):
-        events[send_tb[t] if kind == "send" else recv_tb[t]].append((t, kind))
-    fused = {}
-    for evs in events.values():
-        for (t1, a), (t2, b) in zip(evs, evs[1:]):
-            if a == "recv" and b == "send" and cand.get(t1) == t2:
-                fused[t1] = t2
+    send_tb, recv_tb = _blocks(transfers, channels, send_key, recv_key)
+    fused = _fusions(event_order(algorithm, sequential), send_tb, recv_tb, cand)
+    # a pair that fuses nothing would only hold its receives behind its sends and back: split it
+    idle = {k for k in recv_key.values() if k[1] >= 0} - {recv_tb[t] for t in fused}
+    if idle and split_idle:
+        for rank, q, p, chan in idle:
+            recv_key[(rank, p, chan)], send_key[(rank, q, chan)] = (rank, -1, p, chan), (rank, q, -1, chan)
+        send_tb, recv_tb = _blocks(transfers, channels, send_key, recv_key)
     stored = []
     for t, tr in enumerate(transfers):
         t2 = fused.get(t)
@@ -153,6 +155,25 @@ def plan_threadblocks(algorithm: Algorithm, channels: tuple[int, ...], uses: Use
             _dead_after(uses, coll, tr.dst, c, t2) for c in tr.chunks)
         stored.append(not dead)
     return Plan(send_tb, recv_tb, fused, tuple(stored), sequential)
+
+
+def _blocks(transfers, channels, send_key: dict, recv_key: dict) -> tuple[tuple[TbKey, ...], tuple[TbKey, ...]]:
+    """Per transfer, its sending and its receiving thread block."""
+    return (tuple(send_key[(tr.src, tr.dst, channels[t])] for t, tr in enumerate(transfers)),
+            tuple(recv_key[(tr.dst, tr.src, channels[t])] for t, tr in enumerate(transfers)))
+
+
+def _fusions(order: list[tuple[int, str]], send_tb, recv_tb, cand: dict[int, int]) -> dict[int, int]:
+    """t1 -> t2 for each fusion candidate whose receive is followed, in its thread block, by that send."""
+    events = defaultdict(list)
+    for t, kind in order:
+        events[send_tb[t] if kind == "send" else recv_tb[t]].append((t, kind))
+    fused = {}
+    for evs in events.values():
+        for (t1, a), (t2, b) in zip(evs, evs[1:]):
+            if a == "recv" and b == "send" and cand.get(t1) == t2:
+                fused[t1] = t2
+    return fused
 
 
 def _dead_after(uses: Uses, coll, rank: int, chunk: int, t: int) -> bool:
