@@ -3,7 +3,8 @@
 Pipeline: verify -> replicate instances -> channels -> thread blocks and fusion -> buffer layout ->
 steps -> dependencies -> numbering (thread blocks, nops) -> runtime limits -> one deterministic replay
 (values, races, deadlock; on a deadlock the stuck send/receive thread blocks are split and the
-plan redone) -> XML text.
+plan redone) -> XML text. Where the blocks of the split idle pairs (``threadblocks``) break a limit on
+thread blocks, all of it runs again with the pairs kept.
 """
 from __future__ import annotations
 
@@ -23,11 +24,10 @@ from .threadblocks import TbKey, Uses, plan_threadblocks
 from .xmlwrite import write_xml
 
 log = logging.getLogger(__name__)
-
-#: the limits more thread blocks can break: a program that splits the pairs fusing nothing keeps them instead
-BLOCK_LIMITS = ("dependency target thread blocks", "thread blocks per GPU")
 NAME_CHARS = 63     # the legacy runtime keeps 63 characters of the name
 MAX_ATTEMPTS = 8    # re-plans that split deadlocked send/receive thread blocks before splitting all
+#: the limits more thread blocks can break: where splitting the pairs that fuse nothing breaks one, they stay
+BLOCK_LIMITS = ("dependency target thread blocks", "thread blocks per GPU")
 
 
 def lower(algorithm: Algorithm, options: LoweringOptions | None = None) -> str:

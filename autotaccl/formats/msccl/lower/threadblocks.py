@@ -6,8 +6,9 @@ A thread block has one send peer and one receive peer on one channel, and a rank
 ``q`` that forwards most of what arrives from ``p`` (a ring gets one ``send=r+1 recv=r-1`` block);
 unpaired peers get a block of their own, and so do the peers of a pair whose order fuses nothing (its
 block would hold every receive behind the sends before it and back, where two blocks overlap them),
-unless the runtime has too few blocks for that (``split_idle``). A receive is fused with the next step of its thread block when that step sends exactly the chunks just
-received and nothing touched them in between.
+unless the runtime has too few blocks for that (``split_idle``). A receive is fused with the next step
+of its thread block when that step sends exactly the chunks just received and nothing touched them in
+between.
 """
 from __future__ import annotations
 
