@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 LOST_INTERRUPT_DELAY = 0.05   # seconds: enough for the main thread to leave the callback
 
@@ -68,16 +68,20 @@ def raise_lost_interrupts() -> None:
     """Make a Ctrl-C that lands in code Python cannot raise from (a weakref callback, a ``__del__``, a
     garbage collection) raise in the main thread a moment later, instead of being printed as "Exception
     ignored in ..." and lost. It is raised again from a helper thread, once the main thread is back in
-    ordinary code (raised at once, it would land in the same place). Other such exceptions are reported
-    as before."""
-    previous = sys.unraisablehook
+    ordinary code (raised at once, it would land in the same place). Other such exceptions go to the hook
+    that was there before. Installing it again changes nothing."""
+    global _previous_hook
+    if sys.unraisablehook is not _reraise_interrupt:
+        _previous_hook, sys.unraisablehook = sys.unraisablehook, _reraise_interrupt
 
-    def hook(unraisable: Any) -> None:
-        if isinstance(unraisable.exc_value, KeyboardInterrupt):
-            timer = threading.Timer(LOST_INTERRUPT_DELAY, _thread.interrupt_main)
-            timer.daemon = True
-            timer.start()
-        else:
-            previous(unraisable)
 
-    sys.unraisablehook = hook
+_previous_hook: Callable[[Any], None] = sys.__unraisablehook__
+
+
+def _reraise_interrupt(unraisable: Any) -> None:
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        timer = threading.Timer(LOST_INTERRUPT_DELAY, _thread.interrupt_main)
+        timer.daemon = True
+        timer.start()
+    else:
+        _previous_hook(unraisable)

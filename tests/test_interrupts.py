@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from autotaccl.interrupts import HeldInterrupt, held_interrupt
+from autotaccl.interrupts import HeldInterrupt, held_interrupt, raise_lost_interrupts
 
 
 def _ctrl_c() -> None:
@@ -105,3 +105,14 @@ def test_a_ctrl_c_inside_a_weakref_callback_is_raised_in_the_main_thread_not_pri
         assert (run.stdout.strip(), run.stderr) == ("raised", "")
     else:                          # what Python does without it: one "Exception ignored" and the Ctrl-C gone
         assert run.stdout.strip() == "lost" and "Exception ignored" in run.stderr
+
+
+def test_installing_the_hook_twice_wraps_nothing_twice():
+    before = sys.unraisablehook
+    try:
+        raise_lost_interrupts()
+        hook = sys.unraisablehook
+        raise_lost_interrupts()
+        assert sys.unraisablehook is hook is not before
+    finally:
+        sys.unraisablehook = before
