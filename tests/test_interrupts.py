@@ -107,12 +107,17 @@ def test_a_ctrl_c_inside_a_weakref_callback_is_raised_in_the_main_thread_not_pri
         assert run.stdout.strip() == "lost" and "Exception ignored" in run.stderr
 
 
-def test_installing_the_hook_twice_wraps_nothing_twice():
-    before = sys.unraisablehook
-    try:
-        raise_lost_interrupts()
-        hook = sys.unraisablehook
-        raise_lost_interrupts()
-        assert sys.unraisablehook is hook is not before
-    finally:
-        sys.unraisablehook = before
+def test_installing_the_hook_twice_wraps_nothing_twice(monkeypatch):
+    """Another exception Python cannot raise goes once to the hook that was there before (installed
+    twice over itself, the hook would call itself for ever)."""
+    from types import SimpleNamespace
+
+    from autotaccl import interrupts
+
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+    monkeypatch.setattr(interrupts, "_previous_hook", interrupts._previous_hook)    # restored after
+    raise_lost_interrupts()
+    raise_lost_interrupts()
+    sys.unraisablehook(SimpleNamespace(exc_value=ValueError("in a __del__")))
+    assert sys.unraisablehook is not seen.append and len(seen) == 1
