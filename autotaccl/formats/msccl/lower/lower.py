@@ -128,7 +128,7 @@ def _build_fitting(expanded: Algorithm, channels, origin, opts: LoweringOptions,
         try:
             return spread, _build(expanded, spread, origin, frozenset(), opts, source, algorithm, split_idle)
         except _TooManySteps as err:
-            fewest = max(k + 1, math.floor(err.ratio) + 1) if k == 1 else k + 1
+            fewest = math.floor(err.ratio) + 1 if k == 1 else k + 1    # ratio > 1: at least 2
             if base * fewest > LIMITS[opts.runtime].channels:
                 raise
             log.info("%s: %s; spreading chunks over %d channel copies", source, err, fewest)
