@@ -148,6 +148,48 @@ def test_split_pairs_that_exceed_the_dependency_targets_stay_pairs():
         assert sum(tb.send >= 0 and tb.recv >= 0 for tb in tbs) == (32 * (ranks - 1) if paired else 0)
 
 
+def test_a_rank_that_forwards_every_chunk_twice_is_refused_on_dependency_targets_before_its_layout():
+    """Rank 0 forwards each chunk it receives to two peers: one forward can share the receiving block,
+    the other is sent by another block, which waits for it. On 6 ranks that makes 5 x 32 = 160 receive
+    blocks dependency targets, more than the 128 the runtime numbers; the plan alone says so ("at least")."""
+    ranks, channels = 6, 32
+    transfers = []
+    for j in range(channels):
+        for p in range(1, ranks):
+            transfers.append(Transfer((p * channels + j,), p, 0, 0, channel=j))
+            transfers.append(Transfer((j,), 0, p, 0, channel=j))
+            forwards = (p % (ranks - 1) + 1, (p + 1) % (ranks - 1) + 1)
+            transfers += [Transfer((p * channels + j,), 0, d, 1, channel=j) for d in forwards]
+            transfers += [Transfer((p * channels + j,), p, d, 0, channel=j) for d in range(1, ranks)
+                          if d != p and d not in forwards]
+    twice = Algorithm("twice", Collective("allgather", ranks, channels), tuple(transfers))
+    verify(twice)
+    with pytest.raises(LoweringError) as err:
+        lower(twice)
+    assert err.value.field == "dependency target thread blocks"
+    assert "rank 0 needs at least 160, 32 too many" in err.value.expected
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_sure_dependency_targets_are_targets_of_the_program(seed):
+    """What the early check counts (``sure_targets``) is a subset of the blocks the dependencies make
+    targets, on random algorithms in both buffer modes."""
+    import random
+    from autotaccl.formats.msccl.lower.buffers import layout
+    from autotaccl.formats.msccl.lower.steps import add_dependencies, build_steps
+    from autotaccl.formats.msccl.lower.threadblocks import Uses, plan_threadblocks, sure_targets
+    rng = random.Random(seed)
+    a = random_algorithm(rng)
+    channels = tuple(t.link for t in a.transfers)
+    uses = Uses.of(a)
+    plan = plan_threadblocks(a, channels, uses, split_idle=rng.random() < 0.5)
+    steps = build_steps(a, plan, layout(a, plan, True), 71)
+    add_dependencies(steps, a.collective.name, a.collective.chunkup, True, True)
+    targets = {d.tb for st in steps for d in st.deps}
+    sure = set().union(*sure_targets(a, plan, uses).values())
+    assert sure <= targets
+
+
 def test_contiguous_chunks_become_one_step_and_long_runs_split_at_71():
     prog = parse_xml(lower(batched_allgather(4, 3)))
     sends = [s for g in prog.gpus for tb in g.tbs for s in tb.steps if s.type in ("s", "rcs", "r")]
@@ -229,6 +271,11 @@ def test_limits_name_the_limit_and_the_excess():
     # 70 steps on one thread block: chunks are spread over a second channel copy (35 steps each) ...
     spread = lower(many(0))
     assert parse_xml(spread).header["nchannels"] == "2" and check_xml(spread, seeds=1).valid
+    # a 66-rank ring has 66 steps per block: 2 copies per instance; with 2 instances each instance's chunks
+    # are all even or all odd, so they are spread by their number within the instance (by the expanded
+    # chunk's, 2 copies would split nothing and it took 3)
+    ring = lower(ring_allgather(66), LoweringOptions(instances=2))
+    assert parse_xml(ring).header["nchannels"] == "4" and check_xml(ring, seeds=1).valid
     # ... unless the channels are used up (link 31 already needs all 32)
     with pytest.raises(LoweringError, match=r"steps per thread block.*at most 64.*needs at least 70, 6 too many"):
         lower(many(31))

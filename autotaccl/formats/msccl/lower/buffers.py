@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ....model.algorithm import Algorithm
 from ..program import inplace_cell
-from .threadblocks import Plan, event_order
+from .threadblocks import Plan
 
 Loc = tuple[str, int]
 
@@ -109,7 +109,7 @@ def layout(algorithm: Algorithm, plan: Plan, inplace: bool) -> Layout:
         return ("o", out) if out is not None else ("s", slots[(rank, c)])
 
     fused_sends = set(plan.fused_next.values())
-    order = event_order(algorithm, plan.sequential)
+    order = plan.order
     future: dict[tuple[int, int], list[tuple[int, bool]]] = defaultdict(list)  # (position, reads it)
     for p, (t, kind) in enumerate(order):
         tr = algorithm.transfers[t]

@@ -17,10 +17,10 @@ from ..program import COLL_NAMES, LEGACY_NO_LIMIT, LIMITS, Gpu, Program, Step, T
 from .buffers import layout
 from .channels import spread_channels
 from .options import LoweringError, LoweringOptions
-from .replicate import lanes, replicate
+from .replicate import lanes, original_chunk, replicate
 from .runs import split_runs
 from .steps import StepRec, add_dependencies, build_steps
-from .threadblocks import TbKey, Uses, plan_threadblocks
+from .threadblocks import TbKey, Uses, plan_threadblocks, sure_targets
 from .xmlwrite import write_xml
 
 log = logging.getLogger(__name__)
@@ -117,14 +117,17 @@ def _build_fitting(expanded: Algorithm, channels, origin, opts: LoweringOptions,
                    split_idle: bool):
     """(channels, _build(...)): if a thread block has more steps than the runtime allows, spread the
     chunks over k channel copies (chunk c on copy c mod k, so a forwarded chunk stays on one channel,
-    as NCCL's rings do), for the smallest k that fits. Splitting a thread block's chunks never merges
+    as NCCL's rings do; c numbered as in the algorithm: an instance's chunks all have one residue modulo
+    the instance count), for the smallest k that fits. Splitting a thread block's chunks never merges
     steps, so k starts above the busiest block's steps over the limit: at exactly the limit the
     dependencies' nops would push it over (a 16-piece AllReduce on two DGX-A100 at x4: 128 steps on 64
     per block, 2 copies fail after three builds, 5.4 s, 3 copies load at once)."""
     base = 1 + max(channels, default=0)
+    chunkup = expanded.collective.chunkup // opts.instances
+    within = [original_chunk(min(t.chunks), chunkup, opts.instances) for t in expanded.transfers]
     k = 1
     while True:
-        spread = tuple(ch + (min(t.chunks) % k) * base for ch, t in zip(channels, expanded.transfers))
+        spread = tuple(ch + (c % k) * base for ch, c in zip(channels, within))
         try:
             return spread, _build(expanded, spread, origin, frozenset(), opts, source, algorithm, split_idle)
         except _TooManySteps as err:
@@ -140,7 +143,9 @@ def _build(expanded: Algorithm, channels, origin, forbid, opts: LoweringOptions,
     """(program, stuck thread blocks, replay problem) for one thread-block plan."""
     limits = LIMITS[opts.runtime]
     coll = expanded.collective
-    plan = plan_threadblocks(expanded, channels, Uses.of(expanded), forbid, split_idle)
+    uses = Uses.of(expanded)
+    plan = plan_threadblocks(expanded, channels, uses, forbid, split_idle)
+    _check_targets(expanded, plan, uses, limits, source)
     lay = layout(expanded, plan, opts.inplace)
     steps = build_steps(expanded, plan, lay, limits.max_cnt, origin)
     _check_steps(steps, coll.ranks, limits, source)
@@ -282,6 +287,18 @@ def _check_steps(steps: list[StepRec], ranks: int, limits, source: str) -> None:
     if count > limits.steps_per_tb:
         raise _TooManySteps(source, limits.steps_per_tb, "", f"rank {key[0]} (send {key[1]}, recv {key[2]}, channel "
                                                              f"{key[3]})", count, least=True)
+
+
+def _check_targets(expanded: Algorithm, plan, uses: Uses, limits, source: str) -> None:
+    """Refuse, before the costly layout and dependencies, a plan with more dependency-target thread blocks
+    on a rank than the runtime numbers (:func:`~.threadblocks.sure_targets`; :func:`_number` has the
+    final say)."""
+    most = limits.dep_target_tb + 1
+    for rank, blocks in sorted(sure_targets(expanded, plan, uses).items()):
+        if len(blocks) > most:
+            raise LoweringError(source, "dependency target thread blocks",
+                                f"at most {most} per rank (ids <= {limits.dep_target_tb}); rank {rank} needs at "
+                                f"least {len(blocks)}, {len(blocks) - most} too many")
 
 
 def _check_limits(program: Program, source: str, runtime: str) -> None:

@@ -18,6 +18,13 @@ def instance_chunk(chunk: int, chunkup: int, instances: int, instance: int) -> i
     return block * chunkup * instances + instance * chunkup + j
 
 
+def original_chunk(chunk: int, chunkup: int, instances: int) -> int:
+    """The chunk of the algorithm that ``chunk`` of the replicated one (chunk-up ``chunkup * instances``)
+    is an instance of (:func:`instance_chunk`'s inverse, up to the instance)."""
+    block, rest = divmod(chunk, chunkup * instances)
+    return block * chunkup + rest % chunkup
+
+
 def lanes(algorithm: Algorithm) -> int:
     """How many lanes the algorithm's channels and links need: lane ``channel * L + link``, ``L`` links."""
     links = 1 + max((t.link for t in algorithm.transfers), default=0)

@@ -90,7 +90,7 @@ class Plan:
     recv_tb: tuple[TbKey, ...]       # per transfer, its receiving thread block
     fused_next: dict[int, int]       # t1 -> t2: the receive of t1 also sends t2
     stored: tuple[bool, ...]         # per transfer, whether its receive stores the result locally
-    sequential: bool = False         # events in program order (see event_order)
+    order: tuple[tuple[int, str], ...]   # every (transfer, "send"|"recv") as the program runs them (event_order)
 
 
 def forward_candidates(algorithm: Algorithm, channels: tuple[int, ...], uses: Uses) -> dict[int, int]:
@@ -127,14 +127,13 @@ def plan_threadblocks(algorithm: Algorithm, channels: tuple[int, ...], uses: Use
     for t, tr in enumerate(transfers):
         peers[(tr.dst, channels[t])][0].add(tr.src)
         peers[(tr.src, channels[t])][1].add(tr.dst)
-    counts = Counter()
+    counts: dict[tuple[int, int], Counter] = defaultdict(Counter)   # (rank, chan) -> forwards per (recv, send) peer
     for t1, t2 in cand.items():
-        counts[(transfers[t1].dst, channels[t1], transfers[t1].src, transfers[t2].dst)] += 1
+        counts[(transfers[t1].dst, channels[t1])][(transfers[t1].src, transfers[t2].dst)] += 1
     recv_key: dict[tuple[int, int, int], TbKey] = {}
     send_key: dict[tuple[int, int, int], TbKey] = {}
     for (rank, chan), (recvs, sends) in sorted(peers.items()):
-        pairs = sorted(((-n, p, q) for (r, ch, p, q), n in counts.items() if r == rank and ch == chan))
-        for _, p, q in pairs:
+        for _, p, q in sorted((-n, p, q) for (p, q), n in counts[(rank, chan)].items()):
             if (rank, chan, p, q) not in forbid and (rank, p, chan) not in recv_key and (rank, q, chan) not in send_key:
                 recv_key[(rank, p, chan)] = send_key[(rank, q, chan)] = (rank, q, p, chan)
         for p in sorted(recvs):
@@ -142,7 +141,8 @@ def plan_threadblocks(algorithm: Algorithm, channels: tuple[int, ...], uses: Use
         for q in sorted(sends):
             send_key.setdefault((rank, q, chan), (rank, q, -1, chan))
     send_tb, recv_tb = _blocks(transfers, channels, send_key, recv_key)
-    fused = _fusions(event_order(algorithm, sequential), send_tb, recv_tb, cand)
+    order = tuple(event_order(algorithm, sequential))
+    fused = _fusions(order, send_tb, recv_tb, cand)
     # a pair that fuses nothing would only hold its receives behind its sends and back: split it
     idle = {k for k in recv_key.values() if k[1] >= 0} - {recv_tb[t] for t in fused}
     if idle and split_idle:
@@ -155,7 +155,7 @@ def plan_threadblocks(algorithm: Algorithm, channels: tuple[int, ...], uses: Use
         dead = tr.op == "reduce" and t2 is not None and all(
             _dead_after(uses, coll, tr.dst, c, t2) for c in tr.chunks)
         stored.append(not dead)
-    return Plan(send_tb, recv_tb, fused, tuple(stored), sequential)
+    return Plan(send_tb, recv_tb, fused, tuple(stored), order)
 
 
 def _blocks(transfers, channels, send_key: dict, recv_key: dict) -> tuple[tuple[TbKey, ...], tuple[TbKey, ...]]:
@@ -175,6 +175,34 @@ def _fusions(order: list[tuple[int, str]], send_tb, recv_tb, cand: dict[int, int
             if a == "recv" and b == "send" and cand.get(t1) == t2:
                 fused[t1] = t2
     return fused
+
+
+def sure_targets(algorithm: Algorithm, plan: Plan, uses: Uses) -> dict[int, set[TbKey]]:
+    """Per rank, thread blocks that are surely dependency targets (others may be too), from what follows each
+    stored receive of a chunk (after the send it is fused with, if any) up to the next receive of it:
+
+    * the receiving block, where another block reads the chunk (a send, a reduce) or overwrites it;
+    * every block that sends it meanwhile, where the next receive stores it from another block.
+
+    A stored value stays in its home cell until the next receive writes it, so each such pair of steps
+    (or the local copy that moves the value first) touches one cell, and the later waits for the earlier."""
+    targets: dict[int, set[TbKey]] = defaultdict(set)
+    for t, tr in enumerate(algorithm.transfers):
+        if not plan.stored[t]:
+            continue
+        rank, block = tr.dst, plan.recv_tb[t]
+        for c in tr.chunks:
+            readers = set()
+            ev = uses.next(rank, c, plan.fused_next.get(t, t))
+            while ev is not None and ev[1] == "send":
+                readers.add(plan.send_tb[ev[0]])
+                ev = uses.next(rank, c, ev[0])
+            users = readers | ({plan.recv_tb[ev[0]]} if ev is not None else set())
+            if users - {block}:
+                targets[rank].add(block)
+            if ev is not None and plan.stored[ev[0]]:
+                targets[rank].update(readers - {plan.recv_tb[ev[0]]})
+    return targets
 
 
 def _dead_after(uses: Uses, coll, rank: int, chunk: int, t: int) -> bool:
