@@ -251,6 +251,34 @@ def test_time_steps_close_a_step_only_on_a_value_written_within_it():
                                                                 (2, 0, 1)]
 
 
+def test_critical_first_lists_piece_by_piece_and_the_longest_chain_ahead_first_keeping_every_dependency():
+    """A reduction chain 3 -> 2 -> 1 -> 0 listed after two single reduces: by the chain still ahead,
+    the chain's first reduce comes first, and each of its reduces still after the one it waits for
+    (equal chains ahead stay as listed);
+    a transfer of piece 1 comes after all of piece 0 whatever its chain, and the dependencies, hence
+    the algorithm, are the same; steps close on a value written within them."""
+    from autotaccl.model.algorithm import Transfer
+    from autotaccl.model.dependencies import transfer_dependencies
+    from autotaccl.synth.greedy import critical_first
+
+    def reduce(chunk, src, dst):
+        return Transfer((chunk,), src, dst, 0, "reduce")
+
+    ts = [reduce(1, 5, 4), reduce(2, 7, 6), reduce(0, 3, 2), reduce(0, 2, 1), reduce(0, 1, 0)]
+    out = critical_first(ts, [1.0] * 5, [0, 1, 0, 0, 0])
+    assert [(t.chunks[0], t.src) for t in out] == [(0, 3), (0, 2), (1, 5), (0, 1), (2, 7)]   # ties: as listed
+    assert [t.step for t in out] == [0, 1, 1, 2, 2]
+
+    def edges(transfers):
+        deps = transfer_dependencies(transfers)
+        return {(transfers[d], t) for t, ds in zip(transfers, deps) for d in ds}
+
+    assert {(a.src, b.src) for a, b in edges(list(out))} == {(a.src, b.src) for a, b in edges(ts)}
+    assert critical_first(ts, [1.0] * 5, [0, 0, 1, 1, 1])[:2] == (ts[0], ts[1])   # longer chain, later piece
+    slow = critical_first(ts, [1.0, 9.0, 1.0, 1.0, 1.0], [0] * 5)          # one long transfer outweighs the chain
+    assert (slow[0].src, slow[1].src) == (7, 3)
+
+
 def test_a_strategy_plugs_into_the_registry(monkeypatch):
     """A new strategy is a booking function listed in STRATEGIES: greedy_schedule and greedy() take it up."""
     from autotaccl.synth.greedy import Strategy

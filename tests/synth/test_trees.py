@@ -516,6 +516,27 @@ def test_a_reductions_rails_also_come_in_slices_with_the_roots_own_node_summed_l
             next(sliced_rails(logical_topology(h, name, default_sketch(h, name), size)))
 
 
+def test_on_256_gpus_a_reductions_rails_come_a_piece_a_slice_listed_by_the_chain_ahead(topo):
+    """DGX-H100 x 32 ReduceScatter at 512 MiB (2 MiB a root): the trees' transfer budget leaves one piece,
+    so the rails in slices take a piece per slice of the runtime's pipeline (2, within the scale budget),
+    on one channel, listed piece by piece and by the chain still ahead (``critical``), verified. Under two
+    instances the NICs no longer wait on the in-node sums at the start: 90% of the attainable bound, where
+    the plain rails stay below 85% at one and two instances."""
+    g = topo("dgx-h100", 32)
+    size = 512 << 20
+    lt = logical_topology(g, "reducescatter", default_sketch(g, "reducescatter"), size)
+    variants = list(sliced_rails(lt))
+    assert [(v.metadata["pieces"], v.metadata["channels"], v.metadata["order"]) for v in variants] == [(2, 1, "critical")]
+    sliced = variants[0]
+    verify(sliced, g)
+    pieces = [t.chunks[0] % 2 for t in sliced.transfers]
+    assert pieces == sorted(pieces)
+    attainable = attainable_us(g, "reducescatter", size)
+    assert simulate(sliced, g, size, "Simple", 2).time_us <= attainable / 0.90
+    plain = rails(lt)
+    assert min(simulate(plain, g, size, "Simple", i).time_us for i in (1, 2)) > attainable / 0.85
+
+
 def test_on_four_dgx_h100_the_reducescatter_in_slices_reaches_97_percent_and_the_engine_takes_it(topo):
     """DGX-H100 x 4 ReduceScatter at 1 GiB: in slices, local first, under 8 instances, 97% of the
     attainable bound, where the plain rails stay below 92% at 1, 2 and 8 instances (their NICs wait a

@@ -24,10 +24,10 @@ returns the fastest (on big configurations with trees, the routed strategies are
 result passes ``verify``. The sketch's symmetry and enforce_ordering hints
 are not needed here and are ignored.
 """
-from .schedule import assign_steps, greedy_schedule, time_steps
+from .schedule import assign_steps, critical_first, greedy_schedule, time_steps
 from .select import greedy, sketch_baselines
 from .strategies import STRATEGIES
 from .strategy import NotApplicable, Strategy
 
-__all__ = ["NotApplicable", "STRATEGIES", "Strategy", "assign_steps", "greedy", "greedy_schedule",
+__all__ = ["NotApplicable", "STRATEGIES", "Strategy", "assign_steps", "critical_first", "greedy", "greedy_schedule",
            "sketch_baselines", "time_steps"]

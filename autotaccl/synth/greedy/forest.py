@@ -32,7 +32,7 @@ from ...sketch.logical import LogicalTopology
 from ..packing import Packing, Tree, pack_trees
 from ..rails import SPILL_PIECES, rail_trees, spilled
 from ..reductions import by_readiness, reverse_gather, sequence
-from .schedule import assign_steps
+from .schedule import assign_steps, critical_first
 from .strategy import NotApplicable
 
 MAX_TRANSFERS = 100_000    # pieces x channels x tree edges: what the simulator replays in seconds
@@ -46,6 +46,7 @@ MAX_RAIL_EDGES = 600_000   # tree edges x halves (each on its channels): an AllR
 ONE_SLICE_PIECES = 2       # an AllGather's rails cut where a root's data is one slice (more: too many XML nodes)
 SLICED_CHANNELS = 1        # the rails in slices: one chunk per piece; the instances fill the NICs
 MAX_SLICED_PIECES = 64     # per root, for the rails in slices (16 GPUs: 15 360 transfers a half)
+MAX_SCALE_TRANSFERS = 1_100_000   # the rails in slices beyond MAX_TRANSFERS: AllReduce on 512 GPUs in 2 has 1 046 528
 HALVES = {"allgather": (False,), "reducescatter": (True,), "allreduce": (True, False)}
 _CACHE: dict[tuple, Packing] = {}
 
@@ -115,16 +116,43 @@ def sliced_rails(lt: LogicalTopology) -> Iterator[Algorithm]:
     per rank exceed what the runtime takes: then half the pieces, and half again down to two, follow
     (for a runtime that loads fewer; DGX-H100 x2 ReduceScatter at 1 GiB under x8: 8 pieces load).
 
+    On hundreds of GPUs, where the trees' budget (``MAX_TRANSFERS``) leaves fewer than two pieces, a root's
+    data is cut a piece per slice of the runtime's pipeline, within ``MAX_SCALE_TRANSFERS``, and listed
+    piece by piece, each piece by the chain still ahead of each transfer (:func:`critical`): the rails
+    there are two chains of up to 32 nodes, and by dependency depth every in-node sum far down a chain
+    waits behind leaf sums the NICs need much later, so the NICs idle for the first ~200 µs. On DGX-H100
+    x32 at 1 GiB under two instances ReduceScatter reaches 95.3% of the attainable bound (the plain rails
+    91.2%, local first 92.8%), AllReduce 97.1% (93.8%); on x64 95.5% (90.2%) and 97.2% (93.1%).
+
     Raises NotApplicable for an AllGather, on one node, and where a root's data makes fewer than two pieces."""
     halves, coll = _halves(lt), lt.collective
-    pieces = cut(coll.ranks, lt.chunk_bytes * coll.chunkup, SLICED_CHANNELS, len(halves), MAX_SLICED_PIECES)
+    per_root = lt.chunk_bytes * coll.chunkup
+    pieces = cut(coll.ranks, per_root, SLICED_CHANNELS, len(halves), MAX_SLICED_PIECES)
+    scale = budget(coll.ranks, SLICED_CHANNELS, len(halves)) < 2
+    if scale:
+        pieces = min(rounds(per_root), budget(coll.ranks, SLICED_CHANNELS, len(halves), MAX_SCALE_TRANSFERS))
     if not coll.is_reduction or coll.ranks == lt.graph.graph["gpus_per_node"] or pieces < 2:
         raise NotApplicable("rails in slices are for a reduction across nodes with two pieces per root or more")
     _, packs, _ = _rail_packs(lt)
     packs = _spilled(lt, halves, packs) or packs
     while pieces >= 2:
-        yield _schedule(lt, packs, "rails", pieces=pieces, nchannels=SLICED_CHANNELS, local_first=True)
+        if scale:
+            yield critical(lt, _schedule(lt, packs, "rails", pieces=pieces, nchannels=SLICED_CHANNELS))
+        else:
+            yield _schedule(lt, packs, "rails", pieces=pieces, nchannels=SLICED_CHANNELS, local_first=True)
         pieces //= 2
+
+
+def critical(lt: LogicalTopology, algorithm: Algorithm) -> Algorithm:
+    """A tree schedule listed piece by piece, each piece by the chain of transfers still ahead of each
+    (:func:`~.schedule.critical_first`, each transfer timed alone at the target size), verified."""
+    size = lt.chunk_bytes * lt.collective.ranks * lt.collective.chunkup
+    per_root, nchannels = algorithm.metadata["pieces"], algorithm.metadata["channels"]
+    transfers = critical_first(algorithm.transfers, transfer_times(algorithm, lt.graph, size),
+                               [t.chunks[0] // nchannels % per_root for t in algorithm.transfers])
+    variant = replace(algorithm, transfers=transfers, metadata={**algorithm.metadata, "order": "critical"})
+    verify(variant, lt.graph)
+    return variant
 
 
 def _spilled(lt: LogicalTopology, halves: tuple[bool, ...], packs: list[Packing]) -> list[Packing] | None:
@@ -205,9 +233,9 @@ def orders(lt: LogicalTopology, algorithm: Algorithm) -> Iterator[Algorithm]:
         yield variant
 
 
-def budget(ranks: int, nchannels: int = 1, halves: int = 1) -> int:
-    """Pieces per root the transfer budget (``MAX_TRANSFERS``, shared by an AllReduce's two halves) allows."""
-    return MAX_TRANSFERS // (ranks * (ranks - 1) * nchannels * halves)
+def budget(ranks: int, nchannels: int = 1, halves: int = 1, transfers: int = MAX_TRANSFERS) -> int:
+    """Pieces per root the transfer budget (``transfers``, shared by an AllReduce's two halves) allows."""
+    return transfers // (ranks * (ranks - 1) * nchannels * halves)
 
 
 def cut(ranks: int, per_root_bytes: float, nchannels: int, halves: int = 1, most: int = MAX_PIECES) -> int:

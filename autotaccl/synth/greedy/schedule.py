@@ -8,6 +8,7 @@ ReduceScatter runs the AllGather with the same chunk numbering (chunk ``c`` root
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Sequence
 
 from ...model.algorithm import Algorithm, Transfer, verify
 from ...model.dependencies import transfer_dependencies
@@ -79,9 +80,38 @@ def assign_steps(transfers: list[Transfer]) -> tuple[Transfer, ...]:
 
 
 def time_steps(transfers: list[Transfer]) -> tuple[Transfer, ...]:
-    """Planned-start order with TACCL's step rule: a step closes before a transfer touching a value
-    written within it (the simulator's priorities then follow the plan exactly)."""
-    ordered = sorted(transfers, key=lambda t: t.start_us)
+    """Planned-start order with TACCL's step rule (:func:`close_steps`): the simulator's priorities then
+    follow the plan exactly."""
+    return close_steps(sorted(transfers, key=lambda t: t.start_us))
+
+
+def critical_first(transfers: Sequence[Transfer], times: Sequence[float],
+                   pieces: Sequence[int]) -> tuple[Transfer, ...]:
+    """``transfers`` piece by piece (``pieces[i]``: transfer ``i``'s piece, lower first), and within a
+    piece by the longest chain of transfers each still has to run, itself included (each taking
+    ``times[i]``), longest first; steps by TACCL's step rule (:func:`close_steps`).
+
+    The list is the simulator's priority among transfers ready on one connection, and the runtime's
+    order within a thread block. By dependency depth, a leaf's sum for a root far down its chain
+    waits behind every other leaf sum; by the chain still ahead, the sums a NIC sends first are made
+    first, and piece by piece the links work on the piece the NICs need next. A transfer heads a longer
+    chain than any that depends on it, and a piece is never earlier than those it depends on, so every
+    dependency stays in list order (the same algorithm)."""
+    deps = transfer_dependencies(transfers)
+    piece = list(pieces)
+    for i, ds in enumerate(deps):
+        piece[i] = max([piece[i]] + [piece[d] for d in ds])
+    ahead = list(times)
+    for i in range(len(transfers) - 1, -1, -1):
+        for d in deps[i]:
+            ahead[d] = max(ahead[d], times[d] + ahead[i])
+    order = sorted(range(len(transfers)), key=lambda i: (piece[i], -ahead[i], i))
+    return close_steps([transfers[i] for i in order])
+
+
+def close_steps(ordered: Sequence[Transfer]) -> tuple[Transfer, ...]:
+    """Steps for a list in its order by TACCL's step rule: a step closes before a transfer touching a
+    value written within it."""
     step, first = 0, 0                 # the current step and the position where it began
     out = []
     for i, (t, deps) in enumerate(zip(ordered, transfer_dependencies(ordered, war=False))):
