@@ -156,7 +156,7 @@ def simulate_sizes(algorithm: Algorithm, graph: nx.DiGraph, sizes: Iterable[int]
 
 
 # the dependencies of one transfer list, shared by simulate() calls on the same algorithm at several sizes
-_dependencies = lru_cache(maxsize=64)(transfer_dependencies)
+_dependencies = lru_cache(maxsize=8)(transfer_dependencies)
 
 
 def _check_instances(instances: int) -> int:

@@ -1,22 +1,21 @@
 """Synthesis against issue 14's targets, and on TACCL's example configurations (taccl.md §10).
 
 Default: issue 14's table. Per configuration (item 1's targets, the new fabrics at small scale; item 3's
-256/512-GPU DGX-H100 behind ``--scale``) and engine, one child process synthesizes for 1 MiB and for
-1 GiB and reports: seconds (the slower of the two), peak memory (the child's ``ru_maxrss``), the share
-of the bound (``autotaccl.bounds``) at 1 GiB and of the bound the simulator can reach at all
-(``selection.attainable_us``: the bound with the profile's link and protocol efficiencies, plus the
-launch), the attainable bound over the chosen schedule's floor at 1 GiB (``simulate.floor_us``: the
-busiest arc's and connection's bytes and the longest dependency chain, what its load allows; the gap down
-to the simulated share is lost to pipelining and contention), the time at 1 MiB over the larger of the
-latency bound and the bandwidth-bound time (and over
-the attainable bound at 1 MiB, the least over the protocols: launch included), and the speed-up over
-stock NCCL (``nccl_model``) at both sizes. Ours is simulated as ``synth --protocol --instances`` would
-make it (``SynthOptions.protocol``, ``instances``, and ``runtime``: only schedules whose MSCCL XML
-lowering msccl-executor loads, as ``synth`` chooses by default; the scale rows, beyond
-``MAX_LOWERED_GPUS``, any): at 1 GiB synthesized for Simple at each of 1 to 8 instances (every count a
-sweep's ``instances`` knob takes; the scale rows: once, for 1), the fastest; at 1 MiB synthesized for
-each protocol and instance count, the fastest (the 1 MiB column names it; seconds are the slowest
-synthesis). Each target is marked met or NOT met.
+256/512-GPU DGX-H100 behind ``--scale``) and engine, one child process synthesizes for 1 MiB and for 1 GiB and
+reports: seconds (the slower of the two), peak memory (the child's ``ru_maxrss``), the share of the bound
+(``autotaccl.bounds``) at 1 GiB and of the bound the simulator can reach at all (``selection.attainable_us``:
+the bound with the profile's link and protocol efficiencies, plus the launch), the attainable bound over the
+chosen schedule's floor at 1 GiB (``simulate.floor_us``: the busiest arc's and connection's bytes and the
+longest dependency chain, what its load allows; the gap down to the simulated share is lost to pipelining and
+contention), the time at 1 MiB over the larger of the latency bound and the bandwidth-bound time (and over the
+attainable bound at 1 MiB, the least over the protocols: launch included), and the speed-up over stock NCCL
+(``nccl_model``) at both sizes. Ours is simulated as ``synth --protocol --instances`` would make it
+(``SynthOptions.protocol``, ``instances``, and ``runtime``: only schedules whose MSCCL XML lowering
+msccl-executor loads, as ``synth`` chooses by default; the scale rows, beyond ``MAX_LOWERED_GPUS``, any): at 1
+GiB synthesized for Simple at each of 1 to 8 instances (every count a sweep's ``instances`` knob takes; the
+scale rows: for 1, run with each count, and for 2), the fastest; at 1 MiB synthesized for each protocol and
+instance count, the fastest (the 1 MiB column names it; seconds are the slowest synthesis). Each target is
+marked met or NOT met.
 
 ``--taccl``: the TACCL table of before (per-stage seconds, model sizes, speed-up over our best baseline).
 
@@ -136,6 +135,7 @@ INSTANCES = tuple(range(1, MAX_INSTANCES + 1))   # every count a sweep's instanc
 PROTOCOLS = ("LL", "LL128", "Simple")
 RUNS = tuple((p, i) for p in PROTOCOLS for i in INSTANCES)
 MAX_LOWERED_GPUS = 128
+SCALE_SLICED_INSTANCES = 2   # the scale rows also synthesize for it (the rails in slices run one channel)
 
 
 def measure(hardware: str, nodes: int, collective: str, engine: str, time_limit: float) -> dict:
@@ -162,11 +162,16 @@ def measure(hardware: str, nodes: int, collective: str, engine: str, time_limit:
         return result.algorithm
 
     # 1 GiB: synthesized for Simple at each instance count, as synth --instances does (the scale rows:
-    # once, for x1, then run with each count); each count's floor and simulation from one preparation
-    once = None if lowered else synthesized(G)
-    gib = {i: once or synthesized(G, "Simple", i) for i in INSTANCES}
+    # for x1, run with each count, and for x2, where the rails in slices need two instances to fill a
+    # NIC); each count's floor and simulation from one preparation
+    if lowered:
+        gib = [(i, synthesized(G, "Simple", i)) for i in INSTANCES]
+    else:
+        once = synthesized(G)
+        twice = synthesized(G, "Simple", SCALE_SLICED_INSTANCES)
+        gib = [(i, once) for i in INSTANCES] + [(SCALE_SLICED_INSTANCES, twice)]
     floor, run, out["instances_1G"] = min(((*simulate_below(a, graph, G, math.inf, "Simple", i), i)
-                                           for i, a in gib.items() if a is not None),
+                                           for i, a in gib if a is not None),
                                           key=lambda timed: timed[1].time_us)
     ours, attainable = run.time_us, attainable_us(graph, collective, G)
     out["pct_bound_1G"] = 100 * bound_time_us(limits, G) / ours

@@ -516,6 +516,7 @@ def test_a_reductions_rails_also_come_in_slices_with_the_roots_own_node_summed_l
             next(sliced_rails(logical_topology(h, name, default_sketch(h, name), size)))
 
 
+@pytest.mark.slow
 def test_on_256_gpus_a_reductions_rails_come_a_piece_a_slice_listed_by_the_chain_ahead(topo):
     """DGX-H100 x 32 ReduceScatter at 512 MiB (2 MiB a root): the trees' transfer budget leaves one piece,
     so the rails in slices take a piece per slice of the runtime's pipeline (2, within the scale budget),
@@ -526,7 +527,8 @@ def test_on_256_gpus_a_reductions_rails_come_a_piece_a_slice_listed_by_the_chain
     size = 512 << 20
     lt = logical_topology(g, "reducescatter", default_sketch(g, "reducescatter"), size)
     variants = list(sliced_rails(lt))
-    assert [(v.metadata["pieces"], v.metadata["channels"], v.metadata["order"]) for v in variants] == [(2, 1, "critical")]
+    assert [(v.metadata["pieces"], v.metadata["channels"], v.metadata["order"]) for v in variants] == \
+        [(2, 1, "critical")]
     sliced = variants[0]
     verify(sliced, g)
     pieces = [t.chunks[0] % 2 for t in sliced.transfers]

@@ -29,5 +29,5 @@ from .select import greedy, sketch_baselines
 from .strategies import STRATEGIES
 from .strategy import NotApplicable, Strategy
 
-__all__ = ["NotApplicable", "STRATEGIES", "Strategy", "assign_steps", "critical_first", "greedy", "greedy_schedule",
-           "sketch_baselines", "time_steps"]
+__all__ = ["NotApplicable", "STRATEGIES", "Strategy", "assign_steps", "critical_first", "greedy",
+           "greedy_schedule", "sketch_baselines", "time_steps"]

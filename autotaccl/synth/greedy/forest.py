@@ -127,10 +127,9 @@ def sliced_rails(lt: LogicalTopology) -> Iterator[Algorithm]:
     Raises NotApplicable for an AllGather, on one node, and where a root's data makes fewer than two pieces."""
     halves, coll = _halves(lt), lt.collective
     per_root = lt.chunk_bytes * coll.chunkup
-    pieces = cut(coll.ranks, per_root, SLICED_CHANNELS, len(halves), MAX_SLICED_PIECES)
     scale = budget(coll.ranks, SLICED_CHANNELS, len(halves)) < 2
-    if scale:
-        pieces = min(rounds(per_root), budget(coll.ranks, SLICED_CHANNELS, len(halves), MAX_SCALE_TRANSFERS))
+    pieces = (min(rounds(per_root), budget(coll.ranks, SLICED_CHANNELS, len(halves), MAX_SCALE_TRANSFERS)) if scale
+              else cut(coll.ranks, per_root, SLICED_CHANNELS, len(halves), MAX_SLICED_PIECES))
     if not coll.is_reduction or coll.ranks == lt.graph.graph["gpus_per_node"] or pieces < 2:
         raise NotApplicable("rails in slices are for a reduction across nodes with two pieces per root or more")
     _, packs, _ = _rail_packs(lt)
