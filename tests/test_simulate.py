@@ -329,3 +329,25 @@ def test_ll_across_nodes_has_the_nccl_models_channel_ceiling():
     assert protocol_terms(one, "LL") == a100.protocols["LL"]
     assert protocol_terms(two, "LL").channel_GBps == pytest.approx(a100.protocols["LL"].channel_GBps * 22.5 / 87.7)
     assert protocol_terms(two, "Simple") == a100.protocols["Simple"]
+
+
+def test_the_dependency_cache_keeps_the_latest_lists_up_to_its_transfer_limit():
+    """Simulating one algorithm again reuses its dependencies; a list that would take the cache past its
+    limit pushes the oldest ones out (each entry holds its whole list alive), and the latest list stays
+    even when it alone is over the limit."""
+    from autotaccl.simulate import _RecentDependencies
+
+    def chain(n: int, chunk: int) -> tuple[Transfer, ...]:
+        return tuple(Transfer((chunk,), r, r + 1, r) for r in range(n))
+
+    cache = _RecentDependencies(10)
+    a, b, big = chain(4, 0), chain(5, 1), chain(12, 2)
+    first = cache(a)
+    assert first == ((), (0,), (1,), (2,))
+    cache(b)
+    assert cache(a) is first                # computed once
+    assert list(cache.entries) == [b, a]
+    cache(chain(3, 3))                  # 12 transfers: the oldest (b) goes
+    assert list(cache.entries) == [a, chain(3, 3)]
+    cache(big)
+    assert list(cache.entries) == [big]

@@ -118,7 +118,7 @@ def sliced_rails(lt: LogicalTopology) -> Iterator[Algorithm]:
 
     On hundreds of GPUs, where the trees' budget (``MAX_TRANSFERS``) leaves fewer than two pieces, a root's
     data is cut a piece per slice of the runtime's pipeline, within ``MAX_SCALE_TRANSFERS``, and listed
-    piece by piece, each piece by the chain still ahead of each transfer (:func:`critical`): the rails
+    piece by piece, each piece by the chain still ahead of each transfer (``order`` "critical"): the rails
     there are two chains of up to 32 nodes, and by dependency depth every in-node sum far down a chain
     waits behind leaf sums the NICs need much later, so the NICs idle for the first ~200 µs. On DGX-H100
     x32 at 1 GiB under two instances ReduceScatter reaches 95.3% of the attainable bound (the plain rails
@@ -135,23 +135,9 @@ def sliced_rails(lt: LogicalTopology) -> Iterator[Algorithm]:
     _, packs, _ = _rail_packs(lt)
     packs = _spilled(lt, halves, packs) or packs
     while pieces >= 2:
-        if scale:
-            yield critical(lt, _schedule(lt, packs, "rails", pieces=pieces, nchannels=SLICED_CHANNELS))
-        else:
-            yield _schedule(lt, packs, "rails", pieces=pieces, nchannels=SLICED_CHANNELS, local_first=True)
+        yield _schedule(lt, packs, "rails", pieces=pieces, nchannels=SLICED_CHANNELS,
+                        order="critical" if scale else "local first")
         pieces //= 2
-
-
-def critical(lt: LogicalTopology, algorithm: Algorithm) -> Algorithm:
-    """A tree schedule listed piece by piece, each piece by the chain of transfers still ahead of each
-    (:func:`~.schedule.critical_first`, each transfer timed alone at the target size), verified."""
-    size = lt.chunk_bytes * lt.collective.ranks * lt.collective.chunkup
-    per_root, nchannels = algorithm.metadata["pieces"], algorithm.metadata["channels"]
-    transfers = critical_first(algorithm.transfers, transfer_times(algorithm, lt.graph, size),
-                               [t.chunks[0] // nchannels % per_root for t in algorithm.transfers])
-    variant = replace(algorithm, transfers=transfers, metadata={**algorithm.metadata, "order": "critical"})
-    verify(variant, lt.graph)
-    return variant
 
 
 def _spilled(lt: LogicalTopology, halves: tuple[bool, ...], packs: list[Packing]) -> list[Packing] | None:
@@ -192,25 +178,33 @@ def _halves(lt: LogicalTopology) -> tuple[bool, ...]:
 
 
 def _schedule(lt: LogicalTopology, packs: list[Packing], strategy: str, pieces: int | None = None,
-              nchannels: int | None = None, local_first: bool = False) -> Algorithm:
-    """``packs`` (one per half) lowered (:func:`lower`), the ReduceScatter half run backwards, verified."""
+              nchannels: int | None = None, order: str = "depth") -> Algorithm:
+    """``packs`` (one per half) lowered (:func:`lower`), the ReduceScatter half run backwards, listed by
+    ``order`` ("depth": dependency depth; "local first": :func:`lower` with the GPUs per node; "critical":
+    piece by piece, each piece by the chain still ahead of each transfer, timed alone at the target size,
+    :func:`~.schedule.critical_first`), verified."""
     coll = lt.collective
     ranks = coll.ranks
     nchannels = nchannels or max(channels(lt, p) for p in packs)
     per_root = lt.chunk_bytes * coll.chunkup
     pieces = pieces or cut(ranks, per_root, nchannels, len(packs))
-    gpn = lt.graph.graph["gpus_per_node"] if local_first else None
+    gpn = lt.graph.graph["gpus_per_node"] if order == "local first" else None
     lowered = [lower(p.trees, ranks, pieces, nchannels, gpn) for p in packs]
     if coll.is_reduction:         # the ReduceScatter: the reversed packing's AllGather run backwards
         lowered[0] = reverse_gather(lowered[0], [0.0] * len(lowered[0]))
     transfers = lowered[0] if len(lowered) == 1 else list(sequence(lowered[0], lowered[1], 0.0))
     name = f"{coll.name}-{lt.graph.graph.get('name', 'topology')}-greedy"
-    algorithm = Algorithm(name, Collective(coll.name, ranks, pieces * nchannels), assign_steps(list(transfers)),
+    algorithm = Algorithm(name, Collective(coll.name, ranks, pieces * nchannels), tuple(transfers),
                           lt.graph.graph.get("name", ""),
-                          {"engine": "greedy", "strategy": strategy, "batching": False,
-                           "order": "local first" if local_first else "depth",
+                          {"engine": "greedy", "strategy": strategy, "batching": False, "order": order,
                            "chunk_bytes": per_root / (pieces * nchannels),
                            "pieces": pieces, "channels": nchannels})
+    if order == "critical":
+        times = transfer_times(algorithm, lt.graph, per_root * ranks)
+        ordered = critical_first(transfers, times, [t.chunks[0] // nchannels % pieces for t in transfers])
+    else:
+        ordered = assign_steps(list(transfers))
+    algorithm = replace(algorithm, transfers=ordered)
     verify(algorithm, lt.graph)
     return algorithm
 
