@@ -29,7 +29,7 @@ VERSION = 1
 OPS = ("copy", "reduce")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Transfer:
     chunks: tuple[int, ...]
     src: int

@@ -7,7 +7,6 @@ ReduceScatter runs the AllGather with the same chunk numbering (chunk ``c`` root
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Sequence
 
 from ...model.algorithm import Algorithm, Transfer, verify
