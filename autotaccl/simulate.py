@@ -163,17 +163,17 @@ class _RecentDependencies:
     two syntheses of DGX-H100 x64 AllReduce, whose candidates have a million transfers, went past 9 GB."""
 
     def __init__(self, limit: int) -> None:
-        self.limit = limit
+        self.limit, self.held = limit, 0      # held: the transfers of every kept list
         self.entries: OrderedDict[tuple[Transfer, ...], tuple[tuple[int, ...], ...]] = OrderedDict()
 
     def __call__(self, transfers: tuple[Transfer, ...]) -> tuple[tuple[int, ...], ...]:
-        deps = self.entries.pop(transfers, None)
+        deps = self.entries.get(transfers)
         if deps is None:
-            deps = transfer_dependencies(transfers)
-        self.entries[transfers] = deps
-        held = sum(map(len, self.entries))
-        while held > self.limit and len(self.entries) > 1:
-            held -= len(self.entries.popitem(last=False)[0])
+            deps = self.entries[transfers] = transfer_dependencies(transfers)
+            self.held += len(transfers)
+        self.entries.move_to_end(transfers)
+        while self.held > self.limit and len(self.entries) > 1:
+            self.held -= len(self.entries.popitem(last=False)[0])
         return deps
 
 
@@ -197,12 +197,12 @@ def _edge(graph: nx.DiGraph, t: Transfer, i: int) -> dict:
 
 def _plan(algorithm: Algorithm, graph: nx.DiGraph, protocol: str | None = None, instances: int = 1,
           dependencies: bool = True) -> _Plan:
-    """``dependencies=False``: none (for what times each transfer alone)."""
+    """``dependencies=False``: none, and no dependents (for what times each transfer alone)."""
     proto = protocol_terms(graph, protocol)
     instances = _check_instances(instances)
     transfers = algorithm.transfers
     deps = _dependencies(transfers) if dependencies else ((),) * len(transfers)
-    dependents: list[list[int]] = [[] for _ in transfers]
+    dependents: list[list[int]] = [[] for _ in transfers] if dependencies else []
     for i, ds in enumerate(deps):
         for d in ds:
             dependents[d].append(i)
