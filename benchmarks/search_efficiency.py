@@ -72,10 +72,10 @@ def main() -> int:
         table: dict[tuple, float] = {}
 
         def evaluate(params: dict) -> float:
-            options = synth_options(settings(space, params))
-            synth = synthesize_cached(graph, collective, params_to_sketch(space, params), options, cache)
-            results = size_results(simulate_times(synth.algorithm, graph, space.sizes), ref, collective,
-                                   graph.number_of_nodes(), simulated=True)
+            st = settings(space, params)
+            synth = synthesize_cached(graph, collective, params_to_sketch(space, params), synth_options(st), cache)
+            results = size_results(simulate_times(synth.algorithm, graph, space.sizes, st.protocol, st.instances),
+                                   ref, collective, graph.number_of_nodes(), simulated=True)
             return score(results)
 
         start = time.perf_counter()

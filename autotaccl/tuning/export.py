@@ -39,7 +39,7 @@ from ..model.algorithm import VerificationError, load_algorithm, verify
 from ..safety import replaced_dir
 from ..sizes import format_size
 from . import runtimes as rt
-from .lowered import check, lower_plan_text, lower_xml, plan_protocol
+from .lowered import check, lower_plan_text, lower_xml, plan_protocol, run_settings
 from .winners import exportable, pick, record, run_entries
 
 log = logging.getLogger(__name__)
@@ -253,13 +253,9 @@ def ranges_for(experiment, frame: pd.DataFrame, excluded: set[str], nccl: dict[i
     out = []
     for i, group in enumerate(groups):
         run = group[0]["run"]
-        protocol = _param(run, "protocol") or "Simple"
-        instances = int(float(_param(run, "instances") or 1))
         skipped = tuple(k for k in not_measured if run["tags.autotaccl.kind"] != "baseline")
-        if "protocol" in skipped:
-            protocol = "Simple"
-        if "instances" in skipped:
-            instances = 1
+        protocol, instances = run_settings(_param(run, "protocol") or "Simple",
+                                           int(float(_param(run, "instances") or 1)), skipped)
 
         def per(key: str) -> tuple[float, ...]:
             return tuple(float(run.get(f"metrics.{key}.{r['size']}", math.nan)) for r in group)

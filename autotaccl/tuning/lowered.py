@@ -1,16 +1,18 @@
 """The one place tuning talks to the lowering: algorithm -> MSCCL XML text, and the XML checker."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from runners import MSCCL_XML, Runner
 
 from ..errors import InputError
 from ..model.algorithm import Algorithm
 
+XML_RUNTIME = "msccl-executor"     # whose XML trials run and every exported band needs (tuning/export.py)
+
 
 def lower_xml(algorithm: Algorithm, protocol: str = "Simple", instances: int = 1, min_bytes: int = 0,
-              max_bytes: int | None = None, runtime: str = "msccl-executor") -> str:
+              max_bytes: int | None = None, runtime: str = XML_RUNTIME) -> str:
     """MSCCL XML for ``algorithm`` with the tuned protocol and instances, selected for [min_bytes, max_bytes]
     (inclusive; None: no limit) in ``runtime``'s own convention (the lowering converts)."""
     from ..formats.msccl import LoweringOptions, lower
@@ -50,6 +52,12 @@ def unmeasured_settings(runner: Runner) -> tuple[str, ...]:
     the algorithm IR on real hardware (mpi) moves the bytes without a protocol or instances; the simulator
     models both and a runner of a runtime file runs them as lowered."""
     return ("protocol", "instances") if runner.real_hardware and runner.runtime_file is None else ()
+
+
+def run_settings(protocol: str, instances: int, unmeasured: Sequence[str] = ()) -> tuple[str, int]:
+    """The protocol and instances a trial's files run with: Simple x 1 for those its runner cannot tell apart
+    (:func:`unmeasured_settings`), as the export writes them."""
+    return ("Simple" if "protocol" in unmeasured else protocol, 1 if "instances" in unmeasured else instances)
 
 
 def lowering(runner: Runner) -> Callable[[Algorithm, str, int], str] | None:

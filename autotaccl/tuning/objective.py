@@ -31,7 +31,7 @@ from .cache import SynthesisCache
 from .evaluate import (SizeResult, WrongResults, results_frame, runner_times, score, simulate_times, size_results,
                        synth_options, synthesize_cached)
 from .explore import enqueue_unseen, is_repeat, stuck
-from .lowered import lower_xml, lowering
+from .lowered import lower_xml, lowering, unmeasured_settings
 from .reference import Reference, load_reference
 from .space import load_space, params_to_sketch, settings
 
@@ -111,7 +111,7 @@ class Objective:
             st = settings(self.space, params)
             record["sketch"] = sketch
             record["settings"] = st
-            record["options"] = options = synth_options(st, cfg.synth_time_limit)
+            record["options"] = options = synth_options(st, cfg.synth_time_limit, unmeasured_settings(self.runner))
             faults.point("trial.synthesis")
             synth = synthesize_cached(self.graph, cfg.collective, sketch, options, self.cache)
         except (InfeasibleError, InputError, VerificationError) as err:

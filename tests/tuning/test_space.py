@@ -193,17 +193,34 @@ def test_a_milp_choice_the_target_can_use_is_silent(tmp_path, caplog):
 
 
 
-def test_a_sweeps_protocol_and_instances_stay_lowering_knobs():
-    """One synthesis (Simple x 1) serves every protocol and instance count of a sketch: the sweep's cache
-    key does not depend on them, so a MILP-engine sweep does not pay its stages twelve times over."""
+def test_a_greedy_trial_synthesizes_for_the_protocol_and_instances_it_runs_with():
+    """The greedy engine chooses for the trial's protocol and instances, among what msccl-executor loads:
+    each pair is its own synthesis (cache key); for the settings a runner cannot tell apart, Simple x 1 (what
+    the export writes). An AllReduce on two DGX-H100 at 512 KiB, run LL x 4, is faster synthesized for that
+    run than for Simple x 1. The MILP's stages serve every protocol and instance count of a sketch."""
+    from autotaccl import build_topology, load_hardware, synthesize
+    from autotaccl.simulate import simulate
     from autotaccl.tuning.cache import cache_key
     from autotaccl.tuning.evaluate import synth_options
     from autotaccl.tuning.space.knobs import Settings
 
-    told = synth_options(Settings(engine="greedy", synth_size=1 << 20, instances=4, protocol="LL"))
-    plain = synth_options(Settings(engine="greedy", synth_size=1 << 20))
-    assert told == plain and (told.protocol, told.instances) == ("Simple", 1)
-    assert cache_key("allgather", "k", "t", told) == cache_key("allgather", "k", "t", plain)
+    size = 512 << 10
+    told = synth_options(Settings(engine="greedy", synth_size=size, instances=4, protocol="LL"))
+    plain = synth_options(Settings(engine="greedy", synth_size=size))
+    assert (told.protocol, told.instances, told.runtime.name) == ("LL", 4, "msccl-executor")
+    assert cache_key("allreduce", "k", "t", told) != cache_key("allreduce", "k", "t", plain)
+    unmeasured = synth_options(Settings(engine="greedy", synth_size=size, instances=4, protocol="LL"),
+                               unmeasured=("protocol", "instances"))
+    assert unmeasured == plain and (plain.protocol, plain.instances) == ("Simple", 1)
+
+    graph = build_topology(load_hardware("dgx-h100"), 2)
+    for_run, for_simple = (synthesize(graph, "allreduce", None, o).algorithm for o in (told, plain))
+    run, simple = (simulate(a, graph, size, "LL", 4).time_us for a in (for_run, for_simple))
+    assert run < 0.9 * simple, (run, simple)
+
+    milp = [synth_options(Settings(engine="milp", synth_size=size, instances=i, protocol=p)) for p, i in
+            (("LL", 4), ("Simple", 1))]
+    assert milp[0] == milp[1] and (milp[0].protocol, milp[0].instances, milp[0].runtime) == ("Simple", 1, None)
 
 
 def test_the_instances_knob_takes_whole_numbers_up_to_max_instances(tmp_path):

@@ -112,10 +112,10 @@ def test_resume_with_two_workers_does_not_repeat_finished_trials(sweep, capsys):
 
 
 @pytest.mark.slow
-def test_lowering_knobs_reuse_the_synthesis_and_the_export_picks_the_fastest_protocol(tmp_path):
-    """Protocol and instances are lowering knobs: one synthesis (cached) serves every trial. The simulator
-    tells them apart, so no two protocols tie at any size, and the export writes, per size, the protocol
-    and instance count the model says is fastest."""
+def test_each_greedy_trial_synthesizes_for_its_protocol_and_the_export_picks_the_fastest(tmp_path):
+    """A greedy trial synthesizes for its protocol and instances: one synthesis (and cache entry) each. The
+    simulator tells them apart, so no two protocols tie at any size, and the export writes, per size, the
+    protocol and instance count the model says is fastest, with the algorithm synthesized for them."""
     from autotaccl.model.algorithm import from_json
     from autotaccl.model.hardware import load_hardware
     from autotaccl.model.topology import build_topology
@@ -138,14 +138,18 @@ def test_lowering_knobs_reuse_the_synthesis_and_the_export_picks_the_fastest_pro
     assert sorted(zip(trials["params.protocol"], trials["params.instances"].astype(int))) == \
         sorted((p, i) for p in ("LL", "LL128", "Simple") for i in (1, 2))
     assert trials["tags.sketch_key"].nunique() == 1
-    assert sorted(trials["tags.cache_hit"]) == ["false"] + ["true"] * 5
-    assert len(list((out / "cache").glob("*.json"))) == 1
+    assert set(trials["tags.cache_hit"]) == {"false"} and trials["tags.cache_key"].nunique() == 6
+    assert len(list((out / "cache").glob("*.json"))) == 6
+    assert (trials["params.synth.protocol"] == trials["params.protocol"]).all()
     client = mlflow.MlflowClient()
-    algorithm = from_json(json.loads(Path(client.download_artifacts(trials.run_id.iloc[0], "algorithm.json",
-                                                                    str(tmp_path))).read_text()))
     graph = build_topology(load_hardware("ndv2"), 2)
-    model = {(p, i): [simulate(algorithm, graph, s, p, i).time_us for s in SIZES]
-             for p in ("LL", "LL128", "Simple") for i in (1, 2)}
+    model = {}
+    for _, trial in trials.iterrows():
+        where = tmp_path / trial.run_id
+        algorithm = from_json(json.loads(Path(client.download_artifacts(trial.run_id, "algorithm.json",
+                                                                        str(where))).read_text()))
+        p, i = trial["params.protocol"], int(trial["params.instances"])
+        model[p, i] = [simulate(algorithm, graph, s, p, i).time_us for s in SIZES]
     for j, size in enumerate(SIZES):
         column = trials[f"metrics.time_us.{size}"]
         by_protocol = {p: column[(trials["params.protocol"] == p).to_numpy()].min() for p in ("LL", "LL128", "Simple")}
@@ -326,7 +330,7 @@ def test_a_trial_is_reproduced_from_its_mlflow_run(sweep):
     again from those alone gives the same algorithm."""
     from dataclasses import fields
 
-    from autotaccl import SynthOptions, build_topology, load_hardware, load_sketch, synthesize
+    from autotaccl import SynthOptions, build_topology, load_hardware, load_sketch, loader, synthesize
     from autotaccl.model.algorithm import to_json
     from autotaccl.model.topology import fingerprint
 
@@ -344,9 +348,10 @@ def test_a_trial_is_reproduced_from_its_mlflow_run(sweep):
         assert fingerprint(graph) == run["params.topology"]
         defaults = SynthOptions()
         options = SynthOptions(**{f.name: type(getattr(defaults, f.name))(run[f"params.synth.{f.name}"])
-                                  for f in fields(SynthOptions) if f.name in defaults.settings()})
-        assert "params.synth.runtime" not in run       # a sweep synthesizes for no runtime: instances lower later
+                                  for f in fields(SynthOptions) if f.name in defaults.settings()},
+                               runtime=loader(run["params.synth.runtime"]))
         assert options.time_limit == 60.0 and options.threads == 1     # the sweep's settings, not the defaults
+        assert (options.protocol, options.instances) == (run["params.protocol"], int(run["params.instances"]))
         again = synthesize(graph, run["params.collective"], load_sketch(files["sketch.json"]), options)
         assert to_json(again.algorithm) == json.loads(files["algorithm.json"].read_text())
 
