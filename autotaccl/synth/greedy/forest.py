@@ -8,8 +8,9 @@ per root, one piece or a few: :func:`rail_schedules`), handed to its trees in pr
 down its tree, parents first; the list goes piece by piece, level by level (:func:`lower`). The
 pipelining along a tree is the runtime's: it moves every transfer in slices (the simulator's rounds).
 More pieces multiply the transfers and thread blocks (16 pieces on two DGX-H100 need 100 thread blocks
-on a rank, past the 80 an MSCCL++ plan can keep resident) and gain no time, except a reduction's rails
-across nodes cut into as many pieces as slices, whose list then orders every slice (:func:`sliced_rails`).
+on a rank, past the 80 an MSCCL++ plan can keep resident) and gain no time, except a reduction's rails:
+where a root's data is one slice, pieces follow each other up its chain of sums (:func:`rail_schedules`);
+across nodes, cut into as many pieces as slices, their list orders every slice (:func:`sliced_rails`).
 A piece is one chunk per channel, moving side by side: as many channels as the busiest link needs to
 carry its load at one thread block's ceiling each. The collective's chunk-up is pieces x channels (a
 multiple of nothing the sketch asked for: the sketch's chunks are cut finer).
@@ -88,13 +89,14 @@ def rail_schedules(lt: LogicalTopology) -> Iterator[tuple[str, Algorithm]]:
     the transfer budget: nothing else pipelines the network hop into the in-node copies behind it, so a
     second piece crosses the NIC while the first spreads over NVLink. At 1 MiB on DGX-H100 x8 under LL x 7
     that takes 24.8 us down to 22.4 (LL x 8 in one piece: 23.6); three pieces would be faster still, but
-    they need more than MSCCL XML's 4096 nodes per rank from LL x 5 up. The reductions gain little (DGX-H100
-    x8 ReduceScatter: 2.93x the attainable bound -> 2.82x) in two pieces. A reduction's rails at one slice
-    come on one channel (the instances fill the links) in ``ONE_SLICE_REDUCTION_PIECES`` pieces, then half as
-    many, down to two, within the transfer budget: each hop of its chain of sums (up to four levels in a
-    node, and two hops across the network for an AllReduce) then moves a piece, not the root's data, and the
-    pieces follow each other up the chain. Two DGX-2 AllReduce at 1 MiB: 1.89x the attainable bound in 4
-    pieces under LL128 x 4 (8 pieces exceed the XML nodes msccl-executor loads), against 2.08x.
+    they need more than MSCCL XML's 4096 nodes per rank from LL x 5 up.
+
+    A reduction's rails at one slice come in ``ONE_SLICE_REDUCTION_PIECES`` pieces on one channel (the
+    instances fill the links), then half as many, down to two, within the transfer budget: each hop of the
+    chain of sums (up to four levels in a node, two hops across the network for an AllReduce) then moves a
+    piece, not the root's data, and the pieces follow each other up the chain. At 1 MiB, over the attainable
+    bound: two DGX-2 AllReduce 1.81x (LL128 x 3; the one-piece rails 2.08x), two DGX-A100 1.62x (1.72x). (In
+    two pieces on the rails' own channels they gained little: DGX-H100 x8 ReduceScatter 2.93x -> 2.82x.)
 
     Each comes with its name: "rails", then "spilled rails", then "rails in N pieces"."""
     halves, packs, one_slice = _rail_packs(lt)
