@@ -454,49 +454,19 @@ def test_on_two_dgx_h100_the_readiness_order_makes_the_allreduce_faster_and_the_
 def test_at_one_slice_an_allgathers_rails_also_come_in_pieces(topo):
     """Where a root's data is one slice, an AllGather's rails are also cut in two pieces (the same trees,
     each edge twice), which pipeline the network hop into the in-node copies: faster under LL x 8 on two
-    DGX-H100. Not at 1 GiB (the runtime's slices pipeline it)."""
+    DGX-H100. Not at 1 GiB (the runtime's slices pipeline it), nor for a reduction."""
     g = topo("dgx-h100", 2)
     lt = logical_topology(g, "allgather", default_sketch(g, "allgather"), 1 << 20)
     schedules = dict(rail_schedules(lt))
-    plain, cut = schedules["rails"], schedules["rails in 2 pieces"]
+    plain, cut = schedules["rails"], schedules["rails in pieces"]
     verify(cut, g)
     assert (plain.metadata["pieces"], cut.metadata["pieces"]) == (1, 2)
     assert len(cut.transfers) == 2 * len(plain.transfers)
     assert {(t.src, t.dst) for t in cut.transfers} == {(t.src, t.dst) for t in plain.transfers}
     assert simulate(cut, g, 1 << 20, "LL", 8).time_us < 0.95 * simulate(plain, g, 1 << 20, "LL", 8).time_us
-    lt = logical_topology(g, "allgather", default_sketch(g, "allgather"), G)
-    assert not any(name.startswith("rails in") for name, _ in rail_schedules(lt))
-
-
-@pytest.mark.slow
-def test_at_one_slice_a_reductions_rails_also_come_in_pieces_and_the_engine_ships_what_loads(topo):
-    """Where a root's data is one slice, a reduction's rails also come in 8, 4 and 2 pieces on one channel
-    (the same trees, each edge once a piece). Two DGX-2, AllReduce at 1 MiB under LL128 x 4: every hop of the
-    chain of sums moves a piece, so 4 pieces take at most 0.85 of the one-piece rails' time; 8 need more XML
-    nodes than msccl-executor loads, so the engine, synthesizing for that runtime, ships 4, within twice the
-    attainable bound (the one-piece rails are not). Not at 1 GiB (the runtime's slices pipeline it)."""
-    from autotaccl.formats.loading import loader
-
-    g = topo("dgx2", 2)
-    lt = logical_topology(g, "allreduce", default_sketch(g, "allreduce"), M)
-    schedules = dict(rail_schedules(lt))
-    plain = schedules["rails"]
-    cut = {n: schedules[f"rails in {n} pieces"] for n in (8, 4, 2)}
-    for n, algorithm in cut.items():
-        verify(algorithm, g)
-        assert (algorithm.metadata["pieces"], algorithm.metadata["channels"]) == (n, 1)
-        assert {(t.src, t.dst, t.op) for t in algorithm.transfers} == {(t.src, t.dst, t.op) for t in plain.transfers}
-    assert len(cut[8].transfers) == 2 * len(cut[4].transfers) == 4 * len(cut[2].transfers)
-    time = {n: simulate(a, g, M, "LL128", 4).time_us for n, a in {1: plain, **cut}.items()}
-    assert time[4] <= 0.85 * time[1], time
-    runtime = loader("msccl-executor")
-    assert runtime.problem(cut[8], "LL128", 4) and not runtime.problem(cut[4], "LL128", 4)
-    shipped = greedy(lt, M, protocol="LL128", instances=4, admit=lambda a: runtime.problem(a, "LL128", 4))
-    assert (shipped.metadata["strategy"], shipped.metadata["pieces"]) == ("rails", 4)
-    attainable = min(attainable_us(g, "allreduce", M, p) for p in ("LL", "LL128", "Simple"))
-    assert simulate(shipped, g, M, "LL128", 4).time_us <= 2 * attainable < time[1]
-    lt = logical_topology(g, "allreduce", default_sketch(g, "allreduce"), G)
-    assert not any(name.startswith("rails in") for name, _ in rail_schedules(lt))
+    for collective, size in (("allgather", G), ("reducescatter", 1 << 20), ("allreduce", 1 << 20)):
+        lt = logical_topology(g, collective, default_sketch(g, collective), size)
+        assert "rails in pieces" not in dict(rail_schedules(lt))
 
 
 @pytest.mark.slow
@@ -520,8 +490,7 @@ def test_a_reductions_rails_also_come_in_slices_with_the_roots_own_node_summed_l
     """At 1 GiB on two DGX-H100 a reduction's rails also come in slices: the spilled rails' edges, 64
     pieces per root (a quarter MiB each) on one channel, in one list order, then 32, 16, ..., 2 pieces
     (for a runtime that loads fewer transfers); run backwards, in every step the reduces within a root's
-    own node come after all the others. Not for an AllGather, not where a root's data is one slice, not
-    on one node."""
+    own node come after all the others. Not for an AllGather, not on one node (beyond one slice)."""
     g = topo("dgx-h100", 2)
     lt = logical_topology(g, collective, default_sketch(g, collective), G)
     spilled, variants = dict(rail_schedules(lt))["spilled rails"], list(sliced_rails(lt))
@@ -540,10 +509,39 @@ def test_a_reductions_rails_also_come_in_slices_with_the_roots_own_node_summed_l
     assert any(any(local) for local in steps.values())
     for local in steps.values():
         assert local == sorted(local)
-    for name, size, nodes in (("allgather", G, 2), (collective, 1 << 20, 2), (collective, G, 1)):
+    for name, size, nodes in (("allgather", G, 2), ("allgather", M, 2), (collective, G, 1)):
         h = topo("dgx-h100", nodes)
         with pytest.raises(NotApplicable):
             next(sliced_rails(logical_topology(h, name, default_sketch(h, name), size)))
+
+
+@pytest.mark.slow
+def test_at_one_slice_a_reductions_rails_come_in_pieces_and_the_engine_ships_what_loads(topo):
+    """Where a root's data is one slice, a reduction's rails come in 8, 4 and 2 pieces on one channel (the
+    plain rails' edges, each once a piece, in dependency order). Two DGX-2, AllReduce at 1 MiB under LL128
+    x 4: every hop of the chain of sums moves a piece, so 4 pieces take at most 0.85 of the one-piece
+    rails' time; 8 need more XML nodes than msccl-executor loads, so the engine, synthesizing for that
+    runtime, ships 4, within twice the attainable bound (the one-piece rails are not)."""
+    from autotaccl.formats.loading import loader
+
+    g = topo("dgx2", 2)
+    lt = logical_topology(g, "allreduce", default_sketch(g, "allreduce"), M)
+    plain = rails(lt)
+    cut = {v.metadata["pieces"]: v for v in sliced_rails(lt)}
+    assert list(cut) == [8, 4, 2]
+    for algorithm in cut.values():
+        verify(algorithm, g)
+        assert (algorithm.metadata["channels"], algorithm.metadata["order"]) == (1, "depth")
+        assert {(t.src, t.dst, t.op) for t in algorithm.transfers} == {(t.src, t.dst, t.op) for t in plain.transfers}
+    assert len(cut[8].transfers) == 2 * len(cut[4].transfers) == 4 * len(cut[2].transfers)
+    time = {n: simulate(a, g, M, "LL128", 4).time_us for n, a in {1: plain, **cut}.items()}
+    assert time[4] <= 0.85 * time[1], time
+    runtime = loader("msccl-executor")
+    assert runtime.problem(cut[8], "LL128", 4) and not runtime.problem(cut[4], "LL128", 4)
+    shipped = greedy(lt, M, protocol="LL128", instances=4, admit=lambda a: runtime.problem(a, "LL128", 4))
+    assert (shipped.metadata["strategy"], shipped.metadata["pieces"]) == ("rails", 4)
+    attainable = min(attainable_us(g, "allreduce", M, p) for p in ("LL", "LL128", "Simple"))
+    assert simulate(shipped, g, M, "LL128", 4).time_us <= 2 * attainable < time[1]
 
 
 @pytest.mark.slow

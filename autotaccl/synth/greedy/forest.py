@@ -8,9 +8,9 @@ per root, one piece or a few: :func:`rail_schedules`), handed to its trees in pr
 down its tree, parents first; the list goes piece by piece, level by level (:func:`lower`). The
 pipelining along a tree is the runtime's: it moves every transfer in slices (the simulator's rounds).
 More pieces multiply the transfers and thread blocks (16 pieces on two DGX-H100 need 100 thread blocks
-on a rank, past the 80 an MSCCL++ plan can keep resident) and gain no time, except a reduction's rails:
-where a root's data is one slice, pieces follow each other up its chain of sums (:func:`rail_schedules`);
-across nodes, cut into as many pieces as slices, their list orders every slice (:func:`sliced_rails`).
+on a rank, past the 80 an MSCCL++ plan can keep resident) and gain no time, except a reduction's rails
+(:func:`sliced_rails`): where a root's data is one slice, pieces follow each other up its chain of sums;
+across nodes, cut into as many pieces as slices, their list orders every slice.
 A piece is one chunk per channel, moving side by side: as many channels as the busiest link needs to
 carry its load at one thread block's ceiling each. The collective's chunk-up is pieces x channels (a
 multiple of nothing the sketch asked for: the sketch's chunks are cut finer).
@@ -45,7 +45,7 @@ MAX_SHALLOW_NODES = 16    # a shallow rail tree gives each NIC nodes - 1 peers
 MAX_CHAIN_NODES = 16      # beyond, a rail is two chains from the root
 MAX_RAIL_EDGES = 600_000   # tree edges x halves (each on its channels): an AllReduce on 512 GPUs has 523 264
 ONE_SLICE_PIECES = 2       # an AllGather's rails cut where a root's data is one slice (more: too many XML nodes)
-ONE_SLICE_REDUCTION_PIECES = 8   # a reduction's, at most (then half as many, down to two)
+ONE_SLICE_REDUCTION_PIECES = 8   # a reduction's rails in slices where a root's data is one slice, at most
 SLICED_CHANNELS = 1        # the rails in slices: one chunk per piece; the instances fill the NICs
 MAX_SLICED_PIECES = 64     # per root, for the rails in slices (16 GPUs: 15 360 transfers a half)
 MAX_SCALE_TRANSFERS = 1_100_000   # the rails in slices beyond MAX_TRANSFERS: AllReduce on 512 GPUs in 2 has 1 046 528
@@ -89,48 +89,43 @@ def rail_schedules(lt: LogicalTopology) -> Iterator[tuple[str, Algorithm]]:
     the transfer budget: nothing else pipelines the network hop into the in-node copies behind it, so a
     second piece crosses the NIC while the first spreads over NVLink. At 1 MiB on DGX-H100 x8 under LL x 7
     that takes 24.8 us down to 22.4 (LL x 8 in one piece: 23.6); three pieces would be faster still, but
-    they need more than MSCCL XML's 4096 nodes per rank from LL x 5 up.
+    they need more than MSCCL XML's 4096 nodes per rank from LL x 5 up. The reductions gain little in two
+    pieces on the rails' channels (DGX-H100 x8 ReduceScatter: 2.93x the attainable bound -> 2.82x) and keep
+    one piece here; their pieces on one channel are :func:`sliced_rails`'.
 
-    A reduction's rails at one slice come in ``ONE_SLICE_REDUCTION_PIECES`` pieces on one channel (the
-    instances fill the links), then half as many, down to two, within the transfer budget: each hop of the
-    chain of sums (up to four levels in a node, two hops across the network for an AllReduce) then moves a
-    piece, not the root's data, and the pieces follow each other up the chain. At 1 MiB, over the attainable
-    bound: two DGX-2 AllReduce 1.81x (LL128 x 3; the one-piece rails 2.08x), two DGX-A100 1.62x (1.72x). (In
-    two pieces on the rails' own channels they gained little: DGX-H100 x8 ReduceScatter 2.93x -> 2.82x.)
-
-    Each comes with its name: "rails", then "spilled rails", then "rails in N pieces"."""
+    Each comes with its name: "rails", then "spilled rails", then "rails in pieces"."""
     halves, packs, one_slice = _rail_packs(lt)
     ranks = lt.collective.ranks
     yield "rails", _schedule(lt, packs, "rails", pieces=1)
     spills = _spilled(lt, halves, packs)
     if spills:
         yield "spilled rails", _schedule(lt, spills, "rails", pieces=SPILL_PIECES)
-    if not one_slice:
-        return
-    if not lt.collective.is_reduction:
-        if budget(ranks) >= ONE_SLICE_PIECES:
-            yield f"rails in {ONE_SLICE_PIECES} pieces", _schedule(lt, packs, "rails", pieces=ONE_SLICE_PIECES)
-        return
-    pieces = min(ONE_SLICE_REDUCTION_PIECES, budget(ranks, SLICED_CHANNELS, len(halves)))
-    while pieces >= 2:
-        yield f"rails in {pieces} pieces", _schedule(lt, packs, "rails", pieces=pieces, nchannels=SLICED_CHANNELS)
-        pieces //= 2
+    if one_slice and lt.collective.name == "allgather" and budget(ranks) >= ONE_SLICE_PIECES:
+        yield "rails in pieces", _schedule(lt, packs, "rails", pieces=ONE_SLICE_PIECES)
 
 
 def sliced_rails(lt: LogicalTopology) -> Iterator[Algorithm]:
-    """A reduction's rail trees across nodes in slices: every root's data cut into as many pieces as the
-    transfer budget allows (at most ``MAX_SLICED_PIECES``, none below ``MIN_PIECE_BYTES``), one channel
-    each, listed local first (:func:`lower` with ``gpn``); the spilled trees where they spill.
+    """A reduction's rail trees in pieces on one channel (the instances fill the links), most pieces first,
+    then half as many, and half again down to two (for a runtime that loads fewer transfers).
 
-    The runtime's slices of one transfer share its place in the list (the simulator's rounds: every slice
-    of everything, then every second slice, ...), so a NIC waits a slice for each in-node sum it sends.
-    With a piece a slice, the list is the priority of every slice, and run backwards each step of it sums
-    what the NICs send before what stays on the root's own node: on DGX-H100 x8 at 1 GiB (x8 instances)
-    ReduceScatter reaches 97.9% of the attainable bound instead of 88.2%, with NVLink and the NICs both
-    busy to the end (on two DGX-H100, spilled: 98.9% instead of 94.6%); on one channel a NIC needs two
-    instances to fill. Each piece is a transfer of every edge, so from a few instances up the XML nodes
-    per rank exceed what the runtime takes: then half the pieces, and half again down to two, follow
-    (for a runtime that loads fewer; DGX-H100 x2 ReduceScatter at 1 GiB under x8: 8 pieces load).
+    Where a root's data is one slice of the runtime's pipeline, up to ``ONE_SLICE_REDUCTION_PIECES`` pieces
+    of the plain rails, on one node too, in dependency order: each hop of the chain of sums (up to four
+    levels in a node, two hops across the network for an AllReduce) then moves a piece, not the root's
+    data, and the pieces follow each other up the chain. At 1 MiB, over the attainable bound: two DGX-2
+    AllReduce 1.81x (LL128 x 3; the one-piece rails 2.08x), two DGX-A100 1.62x (1.72x), GB200 NVL72 1.49x
+    under LL (2.17x).
+
+    Larger, across nodes, every root's data cut into as many pieces as the transfer budget allows (at most
+    ``MAX_SLICED_PIECES``, none below ``MIN_PIECE_BYTES``), listed local first (:func:`lower` with ``gpn``);
+    the spilled trees where they spill. The runtime's slices of one transfer share its place in the list
+    (the simulator's rounds: every slice of everything, then every second slice, ...), so a NIC waits a
+    slice for each in-node sum it sends. With a piece a slice, the list is the priority of every slice, and
+    run backwards each step of it sums what the NICs send before what stays on the root's own node: on
+    DGX-H100 x8 at 1 GiB (x8 instances) ReduceScatter reaches 97.9% of the attainable bound instead of
+    88.2%, with NVLink and the NICs both busy to the end (on two DGX-H100, spilled: 98.9% instead of
+    94.6%); on one channel a NIC needs two instances to fill. Each piece is a transfer of every edge, so
+    from a few instances up the XML nodes per rank exceed what the runtime takes (DGX-H100 x2
+    ReduceScatter at 1 GiB under x8: 8 pieces load).
 
     On hundreds of GPUs, where the trees' budget (``MAX_TRANSFERS``) leaves fewer than two pieces, a root's
     data is cut a piece per slice of the runtime's pipeline, within ``MAX_SCALE_TRANSFERS``, and listed
@@ -140,19 +135,27 @@ def sliced_rails(lt: LogicalTopology) -> Iterator[Algorithm]:
     x32 at 1 GiB under two instances ReduceScatter reaches 95.3% of the attainable bound (the plain rails
     91.2%, local first 92.8%), AllReduce 97.1% (93.8%); on x64 95.5% (90.2%) and 97.2% (93.1%).
 
-    Raises NotApplicable for an AllGather, on one node, and where a root's data makes fewer than two pieces."""
+    Raises NotApplicable for an AllGather, beyond one slice on one node, and where a root's data makes fewer
+    than two pieces."""
     halves, coll = _halves(lt), lt.collective
+    if not coll.is_reduction:
+        raise NotApplicable("rails in slices are for a reduction")
+    _, packs, one_slice = _rail_packs(lt)
     per_root = lt.chunk_bytes * coll.chunkup
     scale = budget(coll.ranks, SLICED_CHANNELS, len(halves)) < 2
-    pieces = (min(rounds(per_root), budget(coll.ranks, SLICED_CHANNELS, len(halves), MAX_SCALE_TRANSFERS)) if scale
-              else cut(coll.ranks, per_root, SLICED_CHANNELS, len(halves), MAX_SLICED_PIECES))
-    if not coll.is_reduction or coll.ranks == lt.graph.graph["gpus_per_node"] or pieces < 2:
-        raise NotApplicable("rails in slices are for a reduction across nodes with two pieces per root or more")
-    _, packs, _ = _rail_packs(lt)
-    packs = _spilled(lt, halves, packs) or packs
+    order = "critical" if scale else "local first"
+    if one_slice:
+        pieces, order = min(ONE_SLICE_REDUCTION_PIECES, budget(coll.ranks, SLICED_CHANNELS, len(halves))), "depth"
+    elif coll.ranks == lt.graph.graph["gpus_per_node"]:
+        raise NotApplicable("on one node the runtime's slices pipeline the rails")
+    else:
+        packs = _spilled(lt, halves, packs) or packs
+        pieces = (min(rounds(per_root), budget(coll.ranks, SLICED_CHANNELS, len(halves), MAX_SCALE_TRANSFERS))
+                  if scale else cut(coll.ranks, per_root, SLICED_CHANNELS, len(halves), MAX_SLICED_PIECES))
+    if pieces < 2:
+        raise NotApplicable("rails in slices need two pieces per root or more")
     while pieces >= 2:
-        yield _schedule(lt, packs, "rails", pieces=pieces, nchannels=SLICED_CHANNELS,
-                        order="critical" if scale else "local first")
+        yield _schedule(lt, packs, "rails", pieces=pieces, nchannels=SLICED_CHANNELS, order=order)
         pieces //= 2
 
 
