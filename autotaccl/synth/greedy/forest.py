@@ -138,22 +138,22 @@ def sliced_rails(lt: LogicalTopology) -> Iterator[Algorithm]:
     Raises NotApplicable for an AllGather, beyond one slice on one node, and where a root's data makes fewer
     than two pieces."""
     halves, coll = _halves(lt), lt.collective
-    if not coll.is_reduction:
-        raise NotApplicable("rails in slices are for a reduction")
-    _, packs, one_slice = _rail_packs(lt)
     per_root = lt.chunk_bytes * coll.chunkup
-    scale = budget(coll.ranks, SLICED_CHANNELS, len(halves)) < 2
-    order = "critical" if scale else "local first"
+    one_slice = _one_slice(lt)
+    if not coll.is_reduction or (coll.ranks == lt.graph.graph["gpus_per_node"] and not one_slice):
+        raise NotApplicable("rails in slices are for a reduction, on one node only where a root's data is one slice")
     if one_slice:
         pieces, order = min(ONE_SLICE_REDUCTION_PIECES, budget(coll.ranks, SLICED_CHANNELS, len(halves))), "depth"
-    elif coll.ranks == lt.graph.graph["gpus_per_node"]:
-        raise NotApplicable("on one node the runtime's slices pipeline the rails")
+    elif budget(coll.ranks, SLICED_CHANNELS, len(halves)) < 2:
+        pieces = min(rounds(per_root), budget(coll.ranks, SLICED_CHANNELS, len(halves), MAX_SCALE_TRANSFERS))
+        order = "critical"
     else:
-        packs = _spilled(lt, halves, packs) or packs
-        pieces = (min(rounds(per_root), budget(coll.ranks, SLICED_CHANNELS, len(halves), MAX_SCALE_TRANSFERS))
-                  if scale else cut(coll.ranks, per_root, SLICED_CHANNELS, len(halves), MAX_SLICED_PIECES))
+        pieces, order = cut(coll.ranks, per_root, SLICED_CHANNELS, len(halves), MAX_SLICED_PIECES), "local first"
     if pieces < 2:
         raise NotApplicable("rails in slices need two pieces per root or more")
+    _, packs, _ = _rail_packs(lt)
+    if not one_slice:
+        packs = _spilled(lt, halves, packs) or packs
     while pieces >= 2:
         yield _schedule(lt, packs, "rails", pieces=pieces, nchannels=SLICED_CHANNELS, order=order)
         pieces //= 2
@@ -174,7 +174,7 @@ def _rail_packs(lt: LogicalTopology) -> tuple[tuple[bool, ...], list[Packing], b
     ranks, gpn = lt.collective.ranks, lt.graph.graph["gpus_per_node"]
     if ranks * (ranks - 1) * len(halves) > MAX_RAIL_EDGES:
         raise NotApplicable(f"{ranks} ranks need more than {MAX_RAIL_EDGES} edges of rail trees")
-    one_slice = rounds(lt.chunk_bytes * lt.collective.chunkup) == 1
+    one_slice = _one_slice(lt)
     binomial = one_slice or ranks > gpn
     shallow = one_slice and len(halves) == 1 and ranks <= MAX_SHALLOW_NODES * gpn
     chains = 2 if ranks > MAX_CHAIN_NODES * gpn else 1
@@ -185,6 +185,11 @@ def _rail_packs(lt: LogicalTopology) -> tuple[tuple[bool, ...], list[Packing], b
     except ValueError as err:
         raise NotApplicable(str(err)) from None
     return halves, packs, one_slice
+
+
+def _one_slice(lt: LogicalTopology) -> bool:
+    """Whether a root's data is one slice of the runtime's pipeline (the simulator's rounds)."""
+    return rounds(lt.chunk_bytes * lt.collective.chunkup) == 1
 
 
 def _halves(lt: LogicalTopology) -> tuple[bool, ...]:
