@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -39,6 +39,11 @@ class Transfer:
     link: int = 0
     start_us: float | None = None
     channel: int = 0
+
+    def at_step(self, step: int) -> Transfer:
+        """This transfer at ``step``, built directly: ``dataclasses.replace`` took a third of the time of
+        stepping a million-transfer schedule."""
+        return Transfer(self.chunks, self.src, self.dst, step, self.op, self.link, self.start_us, self.channel)
 
 
 @dataclass(frozen=True)
@@ -254,4 +259,4 @@ def renumber_steps(transfers: Iterable[Transfer]) -> tuple[Transfer, ...]:
     """Transfers sorted stably by step, with steps renumbered 0, 1, 2, ... without gaps."""
     ordered = sorted(transfers, key=lambda t: t.step)
     mapping = {s: i for i, s in enumerate(sorted({t.step for t in ordered}))}
-    return tuple(replace(t, step=mapping[t.step]) for t in ordered)
+    return tuple(t.at_step(mapping[t.step]) for t in ordered)

@@ -93,6 +93,7 @@ class Objective:
         self.runner = get_runner(config.runner)
         self.options = build_options(self.runner, config.runner_options)
         self.lower = lowering(self.runner)
+        self.unmeasured = unmeasured_settings(self.runner)   # run as Simple x 1 (run_settings)
         self.cache = SynthesisCache(Path(config.out_dir) / "cache")
         self.client = tracking.MlflowClient(tracking_uri=config.tracking_uri)
 
@@ -111,7 +112,7 @@ class Objective:
             st = settings(self.space, params)
             record["sketch"] = sketch
             record["settings"] = st
-            record["options"] = options = synth_options(st, cfg.synth_time_limit, unmeasured_settings(self.runner))
+            record["options"] = options = synth_options(st, cfg.synth_time_limit, self.unmeasured)
             faults.point("trial.synthesis")
             synth = synthesize_cached(self.graph, cfg.collective, sketch, options, self.cache)
         except (InfeasibleError, InputError, VerificationError) as err:

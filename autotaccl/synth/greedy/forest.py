@@ -142,9 +142,10 @@ def sliced_rails(lt: LogicalTopology) -> Iterator[Algorithm]:
     one_slice = _one_slice(lt)
     if not coll.is_reduction or (coll.ranks == lt.graph.graph["gpus_per_node"] and not one_slice):
         raise NotApplicable("rails in slices are for a reduction, on one node only where a root's data is one slice")
+    room = budget(coll.ranks, SLICED_CHANNELS, len(halves))
     if one_slice:
-        pieces, order = min(ONE_SLICE_REDUCTION_PIECES, budget(coll.ranks, SLICED_CHANNELS, len(halves))), "depth"
-    elif budget(coll.ranks, SLICED_CHANNELS, len(halves)) < 2:
+        pieces, order = min(ONE_SLICE_REDUCTION_PIECES, room), "depth"
+    elif room < 2:
         pieces = min(rounds(per_root), budget(coll.ranks, SLICED_CHANNELS, len(halves), MAX_SCALE_TRANSFERS))
         order = "critical"
     else:

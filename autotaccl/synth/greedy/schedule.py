@@ -75,7 +75,7 @@ def assign_steps(transfers: list[Transfer]) -> tuple[Transfer, ...]:
     for deps in transfer_dependencies(transfers):
         steps.append(1 + max((steps[d] for d in deps), default=-1))
     order = sorted(range(len(transfers)), key=lambda i: (steps[i], i))
-    return tuple(_with_step(transfers[i], steps[i]) for i in order)
+    return tuple(transfers[i].at_step(steps[i]) for i in order)
 
 
 def time_steps(transfers: list[Transfer]) -> tuple[Transfer, ...]:
@@ -116,11 +116,6 @@ def close_steps(ordered: Sequence[Transfer]) -> tuple[Transfer, ...]:
     for i, (t, deps) in enumerate(zip(ordered, transfer_dependencies(ordered, war=False))):
         if deps and deps[-1] >= first:          # it reads or overwrites a value written in this step
             step, first = step + 1, i
-        out.append(_with_step(t, step))
+        out.append(t.at_step(step))
     return tuple(out)
 
-
-def _with_step(t: Transfer, step: int) -> Transfer:
-    """``t`` at ``step`` (built directly: ``dataclasses.replace`` takes a third of a million-transfer schedule's
-    stepping)."""
-    return Transfer(t.chunks, t.src, t.dst, step, t.op, t.link, t.start_us, t.channel)
