@@ -145,7 +145,7 @@ def _build(expanded: Algorithm, channels, origin, forbid, opts: LoweringOptions,
     coll = expanded.collective
     uses = Uses.of(expanded)
     plan = plan_threadblocks(expanded, channels, uses, forbid, split_idle)
-    _check_targets(expanded, plan, uses, limits, source)
+    _check_targets(expanded, plan, uses, limits, source, opts.inplace)
     lay = layout(expanded, plan, opts.inplace)
     steps = build_steps(expanded, plan, lay, limits.max_cnt, origin)
     _check_steps(steps, coll.ranks, limits, source)
@@ -289,12 +289,12 @@ def _check_steps(steps: list[StepRec], ranks: int, limits, source: str) -> None:
                                                              f"{key[3]})", count, least=True)
 
 
-def _check_targets(expanded: Algorithm, plan, uses: Uses, limits, source: str) -> None:
+def _check_targets(expanded: Algorithm, plan, uses: Uses, limits, source: str, inplace: bool) -> None:
     """Refuse, before the costly layout and dependencies, a plan with more dependency-target thread blocks
     on a rank than the runtime numbers (:func:`~.threadblocks.sure_targets`; :func:`_number` has the
     final say)."""
     most = limits.dep_target_tb + 1
-    for rank, blocks in sorted(sure_targets(expanded, plan, uses).items()):
+    for rank, blocks in sorted(sure_targets(expanded, plan, uses, inplace).items()):
         if len(blocks) > most:
             raise LoweringError(source, "dependency target thread blocks",
                                 f"at most {most} per rank (ids <= {limits.dep_target_tb}); rank {rank} needs at "

@@ -17,6 +17,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from ....model.algorithm import Algorithm
+from ..program import inplace_cell
 
 #: (rank, send peer, receive peer, channel)
 TbKey = tuple[int, int, int, int]
@@ -177,7 +178,7 @@ def _fusions(order: list[tuple[int, str]], send_tb, recv_tb, cand: dict[int, int
     return fused
 
 
-def sure_targets(algorithm: Algorithm, plan: Plan, uses: Uses) -> dict[int, set[TbKey]]:
+def sure_targets(algorithm: Algorithm, plan: Plan, uses: Uses, inplace: bool) -> dict[int, set[TbKey]]:
     """Per rank, thread blocks that are surely dependency targets (others may be too), from what follows each
     stored receive of a chunk (after the send it is fused with, if any) up to the next receive of it:
 
@@ -185,8 +186,14 @@ def sure_targets(algorithm: Algorithm, plan: Plan, uses: Uses) -> dict[int, set[
     * every block that sends it meanwhile, where the next receive stores it from another block.
 
     A stored value stays in its home cell until the next receive writes it, so each such pair of steps
-    (or the local copy that moves the value first) touches one cell, and the later waits for the earlier."""
+    (or the local copy that moves the value first) touches one cell, and the later waits for the earlier.
+    With in-place calls (``inplace``) a chunk's input and output cells can be one (an AllReduce's, a
+    ReduceScatter's own block): then every block that sends the input value before the first receive of it
+    stores it from another block."""
     targets: dict[int, set[TbKey]] = defaultdict(set)
+    if inplace:
+        for (rank, c), blocks in _input_senders_overwritten(algorithm, plan, uses).items():
+            targets[rank].update(blocks)
     for t, tr in enumerate(algorithm.transfers):
         if not plan.stored[t]:
             continue
@@ -203,6 +210,27 @@ def sure_targets(algorithm: Algorithm, plan: Plan, uses: Uses) -> dict[int, set[
             if ev is not None and plan.stored[ev[0]]:
                 targets[rank].update(readers - {plan.recv_tb[ev[0]]})
     return targets
+
+
+def _input_senders_overwritten(algorithm: Algorithm, plan: Plan, uses: Uses) -> dict[tuple[int, int], set[TbKey]]:
+    """Per (rank, chunk) whose input and output cells are one in an in-place call, the blocks that send
+    its input value before a receive from another block stores into that cell."""
+    coll = algorithm.collective
+    out = {}
+    for c in range(coll.num_chunks):
+        for rank in coll.precondition(c):
+            home = coll.output_index(rank, c)
+            if home is None or inplace_cell(coll.name, coll.chunkup, rank, "i", coll.input_index(rank, c)) != \
+                    inplace_cell(coll.name, coll.chunkup, rank, "o", home):
+                continue
+            readers = set()
+            ev = uses.next(rank, c, -1)
+            while ev is not None and ev[1] == "send":
+                readers.add(plan.send_tb[ev[0]])
+                ev = uses.next(rank, c, ev[0])
+            if ev is not None and plan.stored[ev[0]] and readers - {plan.recv_tb[ev[0]]}:
+                out[rank, c] = readers - {plan.recv_tb[ev[0]]}
+    return out
 
 
 def _dead_after(uses: Uses, coll, rank: int, chunk: int, t: int) -> bool:
