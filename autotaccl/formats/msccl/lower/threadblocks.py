@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ....model.algorithm import Algorithm
@@ -192,7 +193,7 @@ def sure_targets(algorithm: Algorithm, plan: Plan, uses: Uses, inplace: bool) ->
     stores it from another block."""
     targets: dict[int, set[TbKey]] = defaultdict(set)
     if inplace:
-        for (rank, c), blocks in _input_senders_overwritten(algorithm, plan, uses).items():
+        for rank, blocks in _input_senders_overwritten(algorithm, plan, uses):
             targets[rank].update(blocks)
     for t, tr in enumerate(algorithm.transfers):
         if not plan.stored[t]:
@@ -212,25 +213,20 @@ def sure_targets(algorithm: Algorithm, plan: Plan, uses: Uses, inplace: bool) ->
     return targets
 
 
-def _input_senders_overwritten(algorithm: Algorithm, plan: Plan, uses: Uses) -> dict[tuple[int, int], set[TbKey]]:
-    """Per (rank, chunk) whose input and output cells are one in an in-place call, the blocks that send
-    its input value before a receive from another block stores into that cell."""
+def _input_senders_overwritten(algorithm: Algorithm, plan: Plan, uses: Uses) -> Iterator[tuple[int, set[TbKey]]]:
+    """(rank, blocks) per chunk whose input and output cells are one in an in-place call: the blocks that
+    send its input value before a receive from another block stores into that cell."""
     coll = algorithm.collective
-    out = {}
-    for c in range(coll.num_chunks):
-        for rank in coll.precondition(c):
-            home = coll.output_index(rank, c)
-            if home is None or inplace_cell(coll.name, coll.chunkup, rank, "i", coll.input_index(rank, c)) != \
-                    inplace_cell(coll.name, coll.chunkup, rank, "o", home):
-                continue
-            readers = set()
-            ev = uses.next(rank, c, -1)
-            while ev is not None and ev[1] == "send":
-                readers.add(plan.send_tb[ev[0]])
-                ev = uses.next(rank, c, ev[0])
-            if ev is not None and plan.stored[ev[0]] and readers - {plan.recv_tb[ev[0]]}:
-                out[rank, c] = readers - {plan.recv_tb[ev[0]]}
-    return out
+    for (rank, c), events in uses.events.items():
+        k = next((k for k, (_, kind) in enumerate(events) if kind != "send"), 0)
+        first = events[k][0]
+        if not k or not plan.stored[first]:
+            continue
+        home = coll.output_index(rank, c)
+        if home is None or inplace_cell(coll.name, coll.chunkup, rank, "i", coll.input_index(rank, c)) != \
+                inplace_cell(coll.name, coll.chunkup, rank, "o", home):
+            continue
+        yield rank, {plan.send_tb[t] for t, _ in events[:k]} - {plan.recv_tb[first]}
 
 
 def _dead_after(uses: Uses, coll, rank: int, chunk: int, t: int) -> bool:
