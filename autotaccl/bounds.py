@@ -5,11 +5,15 @@ All bounds read the topology's capacity graph (GPUs, switches, NICs; arcs with `
 * latency: the alpha-weighted diameter, the longest shortest-alpha path between two GPUs over the
   topology's edges (every output depends on a remote input); for Broadcast, the root's eccentricity.
   ``hop_us`` adds a runtime protocol's per-step latency to every edge on the way (each transfer pays it).
-* AllGather: exact, by max-flow. ``x*`` = max over cuts of (GPUs inside) / (capacity leaving) and
+* AllGather: by max-flow. ``x*`` = max over cuts of (GPUs inside) / (capacity leaving) and
   ``algbw = N / x*``. A ratio ``r`` is feasible iff every GPU can receive N units from a source feeding
   each GPU one unit when arcs carry ``r * capacity`` (ForestColl's test). Rather than bisecting ``r``
   we jump to the ratio of the violated min cut (Dinkelbach's iteration): every jump is itself a cut
-  ratio, so ``r`` only grows, and it stops, exactly, at ``x*``.
+  ratio, so ``r`` only grows, and it stops, exactly, at ``x*``. That test lets every vertex copy what
+  it forwards; only GPUs do. Where a vertex can feed its GPUs more than it is fed (a NIC two GPUs
+  share), the GPUs it feeds must each receive their ``N - 1`` units through the capacity that reaches
+  them together (:func:`reception_ratio`), and the larger ratio holds. Where no vertex is such
+  (switches and single-GPU NICs pass on what they take), the first is exact.
 * ReduceScatter: the same on the reversed capacity graph.
 * AllReduce: RS + AG composed, ``1 / (1/rs + 1/ag)`` (GPU-side reduction, §2.2(c)).
 * AllToAll: the min time ``tau`` of a source-aggregated multicommodity flow that sends ``1/N`` of a
@@ -94,12 +98,12 @@ def _compute(graph: nx.DiGraph, name: str, efficiency: Mapping[str, float], hop_
         return Bounds(min(nx.maximum_flow_value(cap, root, v) for v in gpus[1:]), latency)
     latency = alpha_diameter(graph, hop_us)
     if name == "allgather":
-        return Bounds(len(gpus) / gather_ratio(cap, gpus), latency)
+        return Bounds(len(gpus) / _gather(cap, gpus), latency)
     if name == "reducescatter":
-        return Bounds(len(gpus) / gather_ratio(cap.reverse(copy=True), gpus), latency)
+        return Bounds(len(gpus) / _gather(cap.reverse(copy=True), gpus), latency)
     if name == "allreduce":
-        ag = len(gpus) / gather_ratio(cap, gpus)
-        rs = len(gpus) / gather_ratio(cap.reverse(copy=True), gpus)
+        ag = len(gpus) / _gather(cap, gpus)
+        rs = len(gpus) / _gather(cap.reverse(copy=True), gpus)
         return Bounds(1 / (1 / ag + 1 / rs), latency)
     return Bounds(1 / alltoall_tau(cap, gpus), latency)
 
@@ -147,6 +151,32 @@ def gather_ratio(cap: nx.DiGraph, gpus: list) -> float:
             return ratio
         ratio = better
     raise RuntimeError("cut-ratio iteration did not converge")
+
+
+def reception_ratio(cap: nx.DiGraph, gpus: list) -> float:
+    """Max over the GPUs ``X`` fed by one vertex that can feed them more than it is fed (0 if none) of
+    ``|X| * (N - 1)`` / the rate at which ``X``'s GPUs can receive, all together, from anywhere: each GPU
+    receives ``N - 1`` units itself, since a vertex that is no GPU cannot copy them."""
+    n, members = len(gpus), set(gpus)
+    ratio = 0.0
+    for w in cap.nodes:
+        fed = {v for v in cap.successors(w) if v in members}
+        if w in members or len(fed) < 2 or sum(cap.edges[w, v]["capacity"] for v in fed) <= \
+                sum(c for _, _, c in cap.in_edges(w, data="capacity")):
+            continue
+        sink, source = ("__sink",), ("__source",)
+        flow = nx.DiGraph()       # X's GPUs receive into copies of themselves, which drain to the sink
+        flow.add_edges_from(((u, (v, "in") if v in fed else v, {"capacity": c})
+                             for u, v, c in cap.edges(data="capacity")))
+        flow.add_edges_from((source, g) for g in gpus)
+        flow.add_edges_from(((v, "in"), sink) for v in fed)
+        ratio = max(ratio, len(fed) * (n - 1) / nx.maximum_flow_value(flow, source, sink))
+    return ratio
+
+
+def _gather(cap: nx.DiGraph, gpus: list) -> float:
+    """The AllGather ratio on ``cap``: the larger of :func:`gather_ratio` and :func:`reception_ratio`."""
+    return max(gather_ratio(cap, gpus), reception_ratio(cap, gpus))
 
 
 def _violated_cut(flow: nx.DiGraph, source, gpus: list, n: int) -> set | None:

@@ -14,12 +14,12 @@ from autotaccl.simulate import simulate
 
 # (profile, nodes) -> §2.5 algbw ceilings in GB/s: AG (= RS), AR (RS+AG), A2A.
 # 2-node DGX-2 differs on purpose: §2.5 lets a GPU also receive 16 GB/s of PCIe peer traffic, but our
-# graph (like TACCL's) has no GPU -> PCIe -> GPU path, so remote data enters a GPU pair only through its
-# NIC: the pair {g, its NIC's receive side} cut gives 32 * (150 + 12.5) / 31 = 167.7.
+# graph (like TACCL's) has no GPU -> PCIe -> GPU path, so data enters a GPU pair only through NVSwitch and
+# the NIC the two share, which copies nothing: each receives 31 units, 32 * (2 * 150 + 12.5) / (2 * 31) = 161.3.
 TABLE = {
     ("ndv2", 2): (25.0, 12.5, 3.125),
     ("ndv2", 1): (171.4, 85.7, 75.0),
-    ("dgx2", 2): (167.7, 83.9, 12.5),
+    ("dgx2", 2): (161.3, 80.6, 12.5),
     ("dgx2", 1): (160.0, 80.0, 160.0),
     ("dgx-a100", 1): (342.9, 171.4, 342.9),
     ("dgx-a100", 2): (346.7, 173.3, 50.0),
@@ -49,6 +49,26 @@ def test_exact_values_of_the_closed_forms():
     # 2-node DGX-A100: GPU ingress 300 NVSwitch + 25 NIC -> 16 * 325 / 15; A2A: n(N-n)/(N * 8 * 25)
     assert bounds(topo("dgx-a100", 2), "ag").algbw_GBps == pytest.approx(16 * 325 / 15, rel=1e-6)
     assert bounds(topo("dgx-a100", 2), "a2a").algbw_GBps == pytest.approx(16 * 200 / 64, rel=1e-6)
+    # 2-node DGX-2: a GPU and its NIC's receive side alone would give 32 * (150 + 12.5) / 31 = 167.7, if the
+    # NIC could hand the same 12.5 GB/s to both GPUs it serves; they share it: 2 x 31 units through 2 x 150 + 12.5
+    assert bounds(topo("dgx2", 2), "ag").algbw_GBps == pytest.approx(32 * (2 * 150 + 12.5) / (2 * 31), rel=1e-6)
+    assert bounds(topo("dgx2", 2), "rs").algbw_GBps == pytest.approx(32 * (2 * 150 + 12.5) / (2 * 31), rel=1e-6)
+
+
+def test_gpus_that_share_a_feeder_that_copies_nothing_receive_through_it_once():
+    """GPUs a and b take c's data from a vertex w that c feeds at rate 1 and that reaches both at rate 1.
+    Every single-GPU cut lets a GPU receive its 2 units at rate 2 (ratio 1), as if w handed each a copy;
+    w copies nothing, so a and b receive 4 units through 1 (from w) + 2 (from each other): 4 / 3."""
+    import networkx as nx
+    from autotaccl.bounds import gather_ratio, reception_ratio
+    cap = nx.DiGraph()
+    cap.add_edges_from([("c", "w"), ("w", "a"), ("w", "b"), ("a", "b"), ("b", "a"), ("a", "c"), ("b", "c")],
+                       capacity=1.0)
+    gpus = ["a", "b", "c"]
+    assert gather_ratio(cap, gpus) == pytest.approx(1.0)
+    assert reception_ratio(cap, gpus) == pytest.approx(4 / 3)
+    cap.edges["c", "w"]["capacity"] = 2.0      # w fed as fast as it feeds: it copies nothing extra, no such bound
+    assert reception_ratio(cap, gpus) == 0.0
 
 
 @pytest.mark.parametrize("profile,latency", [("ndv2", 1.4), ("dgx2", 0.7), ("dgx-a100", 0.7), ("dgx-h100", 0.7)])
