@@ -477,15 +477,52 @@ def test_non_contiguous_ring_transfers_keep_fused_steps_on_separate_channels():
     assert check_xml(text, mode="both", seeds=SEEDS).valid
 
 
+def test_a_relay_block_fuses_the_forwards_to_one_peer_so_the_size_check_counts_the_others_twice():
+    """Rank 1 receives 3000 chunks from rank 0 and forwards half to rank 2, half to rank 3. On one lane its
+    one block receiving from rank 0 sends to one of them: 1500 forwards fuse, 4505 XML nodes, refused at
+    once. With each half on a lane of its own, each lane's block fuses its forwards: 3005 nodes, within
+    4096, so the check passes and verify refuses the unverified algorithm."""
+    n = 3000
+
+    def relay(lanes: int) -> Algorithm:
+        transfers = [Transfer((c,), 0, 1, 0, channel=c * lanes // n) for c in range(n)]
+        transfers += [Transfer((c,), 1, 2 + c * 2 // n, 1, channel=c * lanes // n) for c in range(n)]
+        return Algorithm("relay", Collective("allgather", 4, n), tuple(transfers))
+
+    with pytest.raises(LoweringError) as err:
+        lower(relay(1))
+    assert err.value.field == "XML nodes per rank" and "rank 1 needs at least 4505 (4500 steps" in err.value.expected
+    with pytest.raises(LoweringError) as err:
+        lower(relay(2))
+    assert err.value.field == "algorithm"
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_size_checks_least_steps_are_never_more_than_the_program_has(seed):
+    """``least_steps`` is a floor: on random algorithms at 1 and 2 instances, every rank's XML nodes in the
+    lowered program are at least 1 + ranks + least steps x instances."""
+    import random
+    from autotaccl.formats.msccl.lower.lower import least_steps
+    rng = random.Random(seed)
+    a = random_algorithm(rng)
+    least = least_steps(a)
+    for instances in (1, 2):
+        program = parse_xml(lower(a, LoweringOptions(instances=instances)))
+        for gpu in program.gpus:
+            nodes = 1 + program.ngpus + len(gpu.tbs) + sum(len(tb.steps) for tb in gpu.tbs)
+            assert 1 + program.ngpus + least[gpu.id] * instances <= nodes
+
+
 def test_an_algorithm_too_large_for_the_runtime_is_refused_before_it_is_verified_or_lowered():
-    """204,800 transfers used to take minutes of lowering to be refused; now the count alone refuses them.
+    """204,800 transfers used to take minutes of lowering to be refused; now the count alone refuses them:
+    rank 0 sends each chunk before it gets it back, so no step both receives and forwards, 2 x 102,400.
     (An unverified algorithm: a check that ran verify or the lowering first would fail on it instead.)"""
     n = 102_400
     transfers = [Transfer((c,), 0, 1, c) for c in range(n)] + [Transfer((c,), 1, 0, c) for c in range(n)]
     big = Algorithm("big", Collective("allgather", 2, n), tuple(transfers))
     with pytest.raises(LoweringError) as err:
         lower(big)
-    assert err.value.field == "XML nodes per rank" and "at least 102403" in err.value.expected
+    assert err.value.field == "XML nodes per rank" and "at least 204803" in err.value.expected
 
 
 def test_the_size_check_counts_a_forwarded_chunk_as_one_step_and_anything_else_as_two():

@@ -17,10 +17,10 @@ from ..program import COLL_NAMES, LEGACY_NO_LIMIT, LIMITS, Gpu, Program, Step, T
 from .buffers import layout
 from .channels import spread_channels
 from .options import LoweringError, LoweringOptions
-from .replicate import lanes, original_chunk, replicate
+from .replicate import lanes, original_chunk, replicate, transfer_lanes
 from .runs import split_runs
 from .steps import StepRec, add_dependencies, build_steps
-from .threadblocks import TbKey, Uses, plan_threadblocks, sure_targets
+from .threadblocks import TbKey, Uses, forward_candidates, plan_threadblocks, sure_targets
 from .xmlwrite import write_xml
 
 log = logging.getLogger(__name__)
@@ -232,25 +232,35 @@ def _number(steps: list[StepRec], coll, scratch, source: str, limits) -> tuple[G
 
 def _check_size(algorithm: Algorithm, opts: LoweringOptions, source: str) -> None:
     """Refuse at once an algorithm too large for the runtime whatever the lowering does (which would take
-    minutes to find out): every transfer is a step of its sender and of its receiver, except that one
-    step may receive a transfer and send on another of the same chunks (fused), and each instance
-    repeats them all."""
+    minutes to find out): its :func:`least_steps` on a rank, repeated by each instance, need more XML nodes
+    than the runtime parses."""
     limits = LIMITS[opts.runtime]
-    steps: Counter[int] = Counter()
-    sends: Counter[tuple[int, tuple[int, ...]]] = Counter()
-    receives: Counter[tuple[int, tuple[int, ...]]] = Counter()
-    for t in algorithm.transfers:
-        chunks = tuple(sorted(t.chunks))
-        steps.update((t.src, t.dst))
-        sends[t.src, chunks] += 1
-        receives[t.dst, chunks] += 1
-    for key, count in sends.items():
-        steps[key[0]] -= min(count, receives[key])
-    for rank, count in sorted(steps.items()):
+    for rank, count in sorted(least_steps(algorithm).items()):
         nodes = 1 + algorithm.collective.ranks + count * opts.instances
         if nodes > limits.nodes_per_rank:
             raise _too_many_nodes(source, limits, f"rank {rank}", nodes, f"at least {nodes} ({count} steps x "
                                                                        f"{opts.instances} instance(s))")
+
+
+def least_steps(algorithm: Algorithm) -> Counter[int]:
+    """Per rank, the fewest steps any lowering of one instance has: every transfer is a step of its sender
+    and of its receiver, except that one step may receive a transfer and send the one that forwards its
+    chunks on the same lane (fused, :func:`~.threadblocks.forward_candidates`), and the one block of a
+    rank that receives from a peer on a lane sends to one peer, so it fuses at most the forwards to one."""
+    transfers = algorithm.transfers
+    lane = transfer_lanes(algorithm)
+    steps: Counter[int] = Counter()
+    for t in transfers:
+        steps.update((t.src, t.dst))
+    forwards: Counter[tuple[int, int, int, int]] = Counter()     # (rank, lane, from, to)
+    for t1, t2 in forward_candidates(algorithm, lane, Uses.of(algorithm)).items():
+        forwards[transfers[t1].dst, lane[t1], transfers[t1].src, transfers[t2].dst] += 1
+    fusable: dict[tuple[int, int, int], int] = {}                # (rank, lane, from): to its busiest peer
+    for (rank, ln, p, _), count in forwards.items():
+        fusable[rank, ln, p] = max(fusable.get((rank, ln, p), 0), count)
+    for (rank, _, _), count in fusable.items():
+        steps[rank] -= count
+    return steps
 
 
 def _too_many_nodes(source: str, limits, where: str, nodes: int, needs: str) -> LoweringError:

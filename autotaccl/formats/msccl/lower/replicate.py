@@ -31,18 +31,23 @@ def lanes(algorithm: Algorithm) -> int:
     return links * (1 + max((t.channel for t in algorithm.transfers), default=0))
 
 
+def transfer_lanes(algorithm: Algorithm) -> tuple[int, ...]:
+    """Each transfer's lane, ``channel * L + link`` (``L`` links)."""
+    links = 1 + max((t.link for t in algorithm.transfers), default=0)
+    return tuple(t.channel * links + t.link for t in algorithm.transfers)
+
+
 def replicate(algorithm: Algorithm, instances: int) -> tuple[Algorithm, tuple[int, ...]]:
     """(the replicated algorithm, the channel of each of its transfers), transfer ``t`` of instance ``i``
     at position ``t*I + i``."""
     coll = algorithm.collective
     k = coll.chunkup
-    links = 1 + max((t.link for t in algorithm.transfers), default=0)
     transfers, channels = [], []
-    for t in algorithm.transfers:
+    for t, lane in zip(algorithm.transfers, transfer_lanes(algorithm)):
         for i in range(instances):
             chunks = tuple(instance_chunk(c, k, instances, i) for c in t.chunks)
             transfers.append(replace(t, chunks=chunks))
-            channels.append((t.channel * links + t.link) * instances + i)
+            channels.append(lane * instances + i)
     expanded = Algorithm(algorithm.name, coll.with_chunkup(k * instances), tuple(transfers), algorithm.topology,
                          algorithm.metadata)
     return expanded, tuple(channels)
