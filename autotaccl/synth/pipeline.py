@@ -24,6 +24,7 @@ import networkx as nx
 
 from .. import sketch as sketches
 from ..errors import InfeasibleError, ParameterError
+from ..gcpause import gc_paused
 from ..milp.gurobi import LicenceLimitError
 from ..milp.solution import SOLVERS, NoSolutionError, Solver, SolverOptions, StageReport
 from ..model.algorithm import Algorithm, verify
@@ -112,6 +113,7 @@ class SynthResult:
     seconds: float = 0.0
 
 
+@gc_paused()
 def synthesize(graph: nx.DiGraph, collective_name: str, sketch: "sketches.Sketch | None" = None,
                options: SynthOptions = SynthOptions()) -> SynthResult:
     """A verified algorithm for ``collective_name`` on ``graph`` under ``sketch`` (default: the hardware's).

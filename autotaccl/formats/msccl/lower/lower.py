@@ -12,6 +12,7 @@ import logging
 import math
 from collections import Counter, defaultdict
 
+from ....gcpause import gc_paused
 from ....model.algorithm import Algorithm, VerificationError, verify
 from ..program import COLL_NAMES, LEGACY_NO_LIMIT, LIMITS, Gpu, Program, Step, ThreadBlock
 from .buffers import layout
@@ -35,6 +36,7 @@ def lower(algorithm: Algorithm, options: LoweringOptions | None = None) -> str:
     return write_xml(lower_program(algorithm, options))
 
 
+@gc_paused()
 def lower_program(algorithm: Algorithm, options: LoweringOptions | None = None) -> Program:
     opts = (options or LoweringOptions()).validated()
     source = algorithm.name or "<algorithm>"

@@ -1,0 +1,26 @@
+"""Python's cyclic garbage collector paused while a stage builds millions of short-lived objects.
+
+Synthesis and lowering allocate transfers, steps and events by the million and make no reference
+cycles worth collecting, yet the collector's full passes over them cost a third of their time (two
+DGX-A100 AllReduce at 1 GiB x 4: 8.8 s -> 6.1 s; DGX-H100 x 8 ReduceScatter: 29.9 s -> 18.3 s) for
+the same peak memory (DGX-H100 x 32 ReduceScatter: 474 and 479 MiB). Reference counting still frees
+every object as it goes; a cycle waits for the next collection after the stage.
+"""
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Run the block (or decorated function) with the cyclic collector off, and on again after it if it
+    was on before."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
