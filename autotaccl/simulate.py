@@ -44,6 +44,7 @@ from typing import Iterable, Mapping
 
 import networkx as nx
 
+from .gcpause import gc_paused
 from .model.algorithm import Algorithm, Transfer
 from .model.dependencies import transfer_dependencies
 from .model.protocols import (PROTOCOLS, Protocol, across_nodes, canonical_protocol, default_protocols,
@@ -195,6 +196,7 @@ def _edge(graph: nx.DiGraph, t: Transfer, i: int) -> dict:
     return edge
 
 
+@gc_paused()
 def _plan(algorithm: Algorithm, graph: nx.DiGraph, protocol: str | None = None, instances: int = 1,
           dependencies: bool = True) -> _Plan:
     """``dependencies=False``: none, and no dependents (for what times each transfer alone)."""
@@ -255,6 +257,7 @@ def _solo(plan: _Plan) -> list[float]:
     return [min(plan.ceiling, min(plan.share[a] for a in held)) for held in plan.arcs]
 
 
+@gc_paused()
 def _fluid(plan: _Plan, nbytes: list[float], k: int) -> float:
     """Makespan of ``k`` rounds of the plan (module docstring), transfers of ``nbytes`` per copy.
 

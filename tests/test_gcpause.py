@@ -1,5 +1,5 @@
-"""The cyclic garbage collector is paused while synthesis and the XML lowering build their objects, and
-is left as it was found, whatever the stage raises."""
+"""The cyclic garbage collector is paused while synthesis, the XML lowering and the simulator build their
+objects, and is left as it was found, whatever the stage raises."""
 from __future__ import annotations
 
 import gc
@@ -57,3 +57,18 @@ def test_synthesis_and_its_runtime_checks_run_with_the_collector_off(collector_o
     monkeypatch.setattr(lowering, "_program", lambda *args, **kw: states.append(gc.isenabled()) or real(*args, **kw))
     algorithm = synthesize(graph, "allgather", None, SynthOptions(engine="greedy")).algorithm
     assert "<algo" in lower(algorithm) and states == [False] and gc.isenabled()
+
+
+def test_a_simulation_builds_its_plan_and_runs_its_event_loop_with_the_collector_off(collector_on, monkeypatch):
+    """Simulating a ring AllGather on two NDv2 at 1 GiB: the plan (its protocol terms) and the event loop
+    (its heap) see the collector off, and it is on again after."""
+    from autotaccl.baselines import baseline
+    sim = importlib.import_module("autotaccl.simulate")
+    graph = build_topology(load_hardware("ndv2"), 2)
+    ring = baseline(graph, "allgather", "ring")
+    seen = {}
+    terms, heapify = sim.protocol_terms, sim.heapq.heapify
+    monkeypatch.setattr(sim, "protocol_terms", lambda *a: seen.setdefault("plan", gc.isenabled()) or terms(*a))
+    monkeypatch.setattr(sim.heapq, "heapify", lambda xs: seen.setdefault("loop", gc.isenabled()) or heapify(xs))
+    assert sim.simulate(ring, graph, 1 << 30).time_us > 0
+    assert seen == {"plan": False, "loop": False} and gc.isenabled()
