@@ -176,18 +176,10 @@ def test_in_place_the_blocks_that_send_an_input_value_its_result_overwrites_are_
     the result back. In place, input and output of a chunk are one cell, so the block that only sends
     (to the highest other rank) waits for nothing but is waited for by the block that receives the
     result; the early count sees every target the dependencies make, in both modes."""
-    from autotaccl.formats.msccl.lower.buffers import layout
-    from autotaccl.formats.msccl.lower.steps import add_dependencies, build_steps
-    from autotaccl.formats.msccl.lower.threadblocks import Uses, plan_threadblocks, sure_targets
     R = 3
     direct = algo("direct", "allreduce", R, [((c,), r, c, 0, "reduce") for c in range(R) for r in range(R) if r != c]
                   + [((c,), c, r, 1) for c in range(R) for r in range(R) if r != c])
-    uses = Uses.of(direct)
-    plan = plan_threadblocks(direct, (0,) * len(direct.transfers), uses)
-    steps = build_steps(direct, plan, layout(direct, plan, inplace), 71)
-    add_dependencies(steps, "allreduce", 1, inplace, True)
-    targets = {d.tb for st in steps for d in st.deps}
-    sure = set().union(*sure_targets(direct, plan, uses, inplace).values())
+    sure, targets = sure_and_program_targets(direct, (0,) * len(direct.transfers), inplace)
     send_only = {(r, max(set(range(R)) - {r}), -1, 0) for r in range(R)}
     assert sure == targets
     assert (send_only <= sure) == inplace and len(sure) == (9 if inplace else 6)
@@ -199,19 +191,22 @@ def test_the_sure_dependency_targets_are_targets_of_the_program(seed, inplace):
     """What the early check counts (``sure_targets``) is a subset of the blocks the dependencies make
     targets, on random algorithms, with in-place calls enabled or not."""
     import random
+    rng = random.Random(seed)
+    a = random_algorithm(rng)
+    sure, targets = sure_and_program_targets(a, tuple(t.link for t in a.transfers), inplace, rng.random() < 0.5)
+    assert sure <= targets
+
+
+def sure_and_program_targets(a: Algorithm, channels, inplace: bool, split_idle: bool = True):
+    """The blocks ``sure_targets`` counts and those the program's dependencies make targets, for one plan."""
     from autotaccl.formats.msccl.lower.buffers import layout
     from autotaccl.formats.msccl.lower.steps import add_dependencies, build_steps
     from autotaccl.formats.msccl.lower.threadblocks import Uses, plan_threadblocks, sure_targets
-    rng = random.Random(seed)
-    a = random_algorithm(rng)
-    channels = tuple(t.link for t in a.transfers)
     uses = Uses.of(a)
-    plan = plan_threadblocks(a, channels, uses, split_idle=rng.random() < 0.5)
+    plan = plan_threadblocks(a, channels, uses, split_idle=split_idle)
     steps = build_steps(a, plan, layout(a, plan, inplace), 71)
     add_dependencies(steps, a.collective.name, a.collective.chunkup, inplace, True)
-    targets = {d.tb for st in steps for d in st.deps}
-    sure = set().union(*sure_targets(a, plan, uses, inplace).values())
-    assert sure <= targets
+    return set().union(*sure_targets(a, plan, uses, inplace).values()), {d.tb for st in steps for d in st.deps}
 
 
 def test_contiguous_chunks_become_one_step_and_long_runs_split_at_71():

@@ -27,14 +27,17 @@ def original_chunk(chunk: int, chunkup: int, instances: int) -> int:
 
 def lanes(algorithm: Algorithm) -> int:
     """How many lanes the algorithm's channels and links need: lane ``channel * L + link``, ``L`` links."""
-    links = 1 + max((t.link for t in algorithm.transfers), default=0)
-    return links * (1 + max((t.channel for t in algorithm.transfers), default=0))
+    return _links(algorithm) * (1 + max((t.channel for t in algorithm.transfers), default=0))
 
 
 def transfer_lanes(algorithm: Algorithm) -> tuple[int, ...]:
     """Each transfer's lane, ``channel * L + link`` (``L`` links)."""
-    links = 1 + max((t.link for t in algorithm.transfers), default=0)
+    links = _links(algorithm)
     return tuple(t.channel * links + t.link for t in algorithm.transfers)
+
+
+def _links(algorithm: Algorithm) -> int:
+    return 1 + max((t.link for t in algorithm.transfers), default=0)
 
 
 def replicate(algorithm: Algorithm, instances: int) -> tuple[Algorithm, tuple[int, ...]]:

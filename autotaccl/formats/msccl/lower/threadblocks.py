@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ....model.algorithm import Algorithm
@@ -192,41 +191,44 @@ def sure_targets(algorithm: Algorithm, plan: Plan, uses: Uses, inplace: bool) ->
     ReduceScatter's own block): then every block that sends the input value before the first receive of it
     stores it from another block."""
     targets: dict[int, set[TbKey]] = defaultdict(set)
-    if inplace:
-        for rank, blocks in _input_senders_overwritten(algorithm, plan, uses):
-            targets[rank].update(blocks)
+
+    def senders_then_next(rank: int, c: int, after: int) -> tuple[set[TbKey], tuple[int, str] | None]:
+        """The blocks that send ``rank``'s value of ``c`` after transfer ``after``, and the receive that
+        ends that value (None: none does)."""
+        readers = set()
+        ev = uses.next(rank, c, after)
+        while ev is not None and ev[1] == "send":
+            readers.add(plan.send_tb[ev[0]])
+            ev = uses.next(rank, c, ev[0])
+        return readers, ev
+
+    def overwritten(rank: int, readers: set[TbKey], ev: tuple[int, str] | None) -> None:
+        """The senders a receive that stores the next value from another block waits for."""
+        if ev is not None and plan.stored[ev[0]]:
+            targets[rank].update(readers - {plan.recv_tb[ev[0]]})
+
     for t, tr in enumerate(algorithm.transfers):
         if not plan.stored[t]:
             continue
         rank, block = tr.dst, plan.recv_tb[t]
         for c in tr.chunks:
-            readers = set()
-            ev = uses.next(rank, c, plan.fused_next.get(t, t))
-            while ev is not None and ev[1] == "send":
-                readers.add(plan.send_tb[ev[0]])
-                ev = uses.next(rank, c, ev[0])
-            users = readers | ({plan.recv_tb[ev[0]]} if ev is not None else set())
-            if users - {block}:
+            readers, ev = senders_then_next(rank, c, plan.fused_next.get(t, t))
+            if (readers | ({plan.recv_tb[ev[0]]} if ev is not None else set())) - {block}:
                 targets[rank].add(block)
-            if ev is not None and plan.stored[ev[0]]:
-                targets[rank].update(readers - {plan.recv_tb[ev[0]]})
+            overwritten(rank, readers, ev)
+    if inplace:
+        for rank, c in uses.events:
+            readers, ev = senders_then_next(rank, c, -1)
+            if readers and _input_is_output(algorithm.collective, rank, c):
+                overwritten(rank, readers, ev)
     return targets
 
 
-def _input_senders_overwritten(algorithm: Algorithm, plan: Plan, uses: Uses) -> Iterator[tuple[int, set[TbKey]]]:
-    """(rank, blocks) per chunk whose input and output cells are one in an in-place call: the blocks that
-    send its input value before a receive from another block stores into that cell."""
-    coll = algorithm.collective
-    for (rank, c), events in uses.events.items():
-        k = next((k for k, (_, kind) in enumerate(events) if kind != "send"), 0)
-        first = events[k][0]
-        if not k or not plan.stored[first]:
-            continue
-        home = coll.output_index(rank, c)
-        if home is None or inplace_cell(coll.name, coll.chunkup, rank, "i", coll.input_index(rank, c)) != \
-                inplace_cell(coll.name, coll.chunkup, rank, "o", home):
-            continue
-        yield rank, {plan.send_tb[t] for t, _ in events[:k]} - {plan.recv_tb[first]}
+def _input_is_output(coll, rank: int, chunk: int) -> bool:
+    """In an in-place call, ``rank``'s input and output cells of ``chunk`` are one."""
+    src, home = coll.input_index(rank, chunk), coll.output_index(rank, chunk)
+    return src is not None and home is not None and \
+        inplace_cell(coll.name, coll.chunkup, rank, "i", src) == inplace_cell(coll.name, coll.chunkup, rank, "o", home)
 
 
 def _dead_after(uses: Uses, coll, rank: int, chunk: int, t: int) -> bool:
