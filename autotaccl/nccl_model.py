@@ -31,8 +31,7 @@ ceiling of the host CPU's row of ``llMaxBws`` (:func:`autotaccl.model.protocols.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable, Mapping, Sequence
 
@@ -166,9 +165,11 @@ class Candidate:
         costs = self.costs
         # all of NCCL's channels (its cost model's assumption: it drops channels only where a call is too
         # small for them to matter): the distinct ones channels / distinct times over
-        arcs = costs.bandwidth_us(size, replace(proto, channel_GBps=math.inf), terms.efficiency)
+        arcs = costs.arcs_us(size, proto, terms.efficiency)
         channels = terms.p2p_channels_per_peer if self.algorithm == "p2p" else terms.channels
-        per_channel = size * costs.connection_load * self.distinct / channels / (proto.channel_GBps * 1e3)
+        # on more than one node every channel of NCCL's crosses the network, so it runs at the network's
+        # ceiling (tuning.cc caps the whole algorithm with it)
+        per_channel = size * costs.connection_load * self.distinct / channels / (min(proto.ceilings) * 1e3)
         if self.algorithm == "tree":    # one thread block per channel moves every byte up and down (tuning.cc's
             per_channel *= TREE_PASSES  # 0.5 bus-to-algorithm bandwidth), at NCCL's tree efficiency
             return costs.latency_us(proto) + max(arcs, per_channel) / terms.tree_efficiency
@@ -177,7 +178,7 @@ class Candidate:
 
 def _net_bandwidth(costs: Costs, size: float, proto: Protocol, efficiency: Mapping[str, float]) -> float:
     """Time the bytes ``costs`` puts on the network (NICs and the GPUs' hops to them) need."""
-    return costs.restricted(is_network_arc).bandwidth_us(size, replace(proto, channel_GBps=math.inf), efficiency)
+    return costs.restricted(is_network_arc).arcs_us(size, proto, efficiency)
 
 
 @lru_cache(maxsize=128)

@@ -16,7 +16,7 @@ Model (every term from the graph's hardware profile, ``hardware/README.md``; :mo
   a switch out-port and in-port, a GPU-NIC hop, a NIC's egress and ingress). An arc's payload rate is
   ``capacity * link efficiency * protocol efficiency``, shared equally by the channel copies crossing
   it; a copy moves at the smallest of its shares and at most at the protocol's ``channel_GBps`` (one
-  thread block cannot fill a fast link). Rates change whenever a transfer starts or ends (a fluid,
+  thread block cannot fill a fast link; LL's is lower across the network, ``Protocol.ceilings``). Rates change whenever a transfer starts or ends (a fluid,
   fair-share model: NICs and switch ports are still contended, but nobody holds a path it does not fill).
 
 Pipelining: a runtime never moves a large buffer in one piece. NCCL and MSCCL split each chunk into
@@ -48,7 +48,7 @@ from .gcpause import gc_paused
 from .model.algorithm import Algorithm, Transfer
 from .model.dependencies import transfer_dependencies
 from .model.protocols import (PROTOCOLS, Protocol, across_nodes, canonical_protocol, default_protocols,
-                              edge_latency, ll_scale)
+                              edge_latency, is_net, ll_scale)
 
 ROUND_BYTES = 1 << 20
 MAX_ROUNDS = 64
@@ -75,7 +75,7 @@ class _Plan:
     alpha_us: tuple[float, ...]              # latency of each transfer (link + protocol)
     chunks: tuple[int, ...]                  # chunks moved by each transfer
     share: tuple[float, ...]                 # per arc: payload bytes/µs one instance copy gets when alone
-    ceiling: float                           # per channel: bytes/µs
+    ceiling: tuple[float, ...]               # per transfer: the most its channel moves, bytes/µs
     launch_us: float
     instances: int
     num_conns: int
@@ -211,24 +211,25 @@ def _plan(algorithm: Algorithm, graph: nx.DiGraph, protocol: str | None = None, 
     cap = graph.graph["capacity"]
     arc_ids: dict[tuple, int] = {}
     conn_ids: dict[tuple, int] = {}
-    edges: dict[tuple[int, int], tuple[tuple[int, ...], float]] = {}
-    conns, arcs, alphas = [], [], []
+    edges: dict[tuple[int, int], tuple[tuple[int, ...], float, float]] = {}
+    conns, arcs, alphas, ceiling = [], [], [], []
     for i, t in enumerate(transfers):
         key = (t.src, t.dst)
         if key not in edges:
             edge = _edge(graph, t, i)
             held = tuple(arc_ids.setdefault(a, len(arc_ids)) for a in edge["resources"])
-            edges[key] = (held, edge_latency(edge, proto.hops))
-        held, alpha = edges[key]
+            edges[key] = (held, edge_latency(edge, proto.hops), proto.ceilings[is_net(edge)] * 1e3)
+        held, alpha, most = edges[key]
         arcs.append(held)
         alphas.append(alpha)
+        ceiling.append(most)
         conns.append(conn_ids.setdefault((t.src, t.dst, t.channel, t.link), len(conn_ids)))
     share = [0.0] * len(arc_ids)
     for a, j in arc_ids.items():
         data = cap.edges[a]
         share[j] = data["capacity"] * 1e3 * data.get("efficiency", 1.0) * proto.efficiency / instances
     return _Plan(tuple(len(d) for d in deps), tuple(map(tuple, dependents)), tuple(conns), tuple(arcs),
-                 tuple(alphas), tuple(len(t.chunks) for t in transfers), tuple(share), proto.channel_GBps * 1e3,
+                 tuple(alphas), tuple(len(t.chunks) for t in transfers), tuple(share), tuple(ceiling),
                  proto.launch_us, instances, len(conn_ids))
 
 
@@ -254,7 +255,7 @@ def _pieces(plan: _Plan, algorithm: Algorithm, size: int) -> tuple[list[float], 
 
 def _solo(plan: _Plan) -> list[float]:
     """Each transfer's rate when it moves alone: its narrowest arc's share, at most the channel ceiling."""
-    return [min(plan.ceiling, min(plan.share[a] for a in held)) for held in plan.arcs]
+    return [min(most, min(plan.share[a] for a in held)) for most, held in zip(plan.ceiling, plan.arcs)]
 
 
 @gc_paused()
@@ -270,7 +271,7 @@ def _fluid(plan: _Plan, nbytes: list[float], k: int) -> float:
     """
     n = len(nbytes)
     deps, dependents, conn_of, arcs_of, alpha = plan.deps, plan.dependents, plan.conn, plan.arcs, plan.alpha_us
-    share, ceiling = plan.share, plan.ceiling
+    share = plan.share
     solo = _solo(plan)
     heappush, heappop = heapq.heappush, heapq.heappop
     total = n * k
@@ -393,7 +394,8 @@ class Costs:
     ``link_alpha_us``, ``intra_hops`` and ``net_hops`` describe the latency-critical path (the chain of
     dependent transfers with the largest total latency); ``arc_load`` maps each used arc to
     ``(link class, line rate GB/s, bytes crossing it per byte of size)``; ``connection_load`` is the
-    largest number of bytes one connection moves per byte of size (before splitting into instances).
+    largest number of bytes one connection moves per byte of size (before splitting into instances),
+    ``net_connection_load`` the same over the connections that cross the network.
     """
 
     def restricted(self, keep) -> "Costs":
@@ -406,6 +408,7 @@ class Costs:
     arc_load: Mapping[tuple, tuple[str, float, float]]
     connection_load: float
     net_alpha_us: float = 0.0        # the part of link_alpha_us spent on network hops
+    net_connection_load: float = 0.0
 
     def latency_us(self, proto: Protocol) -> float:
         return proto.launch_us + self.link_alpha_us + self.intra_hops * proto.hop_us + self.net_hops * proto.net_hop_us
@@ -418,11 +421,16 @@ class Costs:
             out[cls] = max(out[cls], load / (line * 1e3))
         return dict(out)
 
+    def arcs_us(self, size: float, proto: Protocol, efficiency: Mapping[str, float]) -> float:
+        """Time the bytes need on the busiest arc at ``size`` (µs)."""
+        arcs = max((load / efficiency.get(cls, 1.0) for cls, load in self.class_loads.items()), default=0.0)
+        return size * arcs / proto.efficiency
+
     def bandwidth_us(self, size: float, proto: Protocol, efficiency: Mapping[str, float], instances: int = 1) -> float:
         """Time the bytes need on the busiest arc or connection at ``size`` (µs)."""
-        arcs = max((load / efficiency.get(cls, 1.0) for cls, load in self.class_loads.items()), default=0.0)
-        per_channel = self.connection_load / instances / (proto.channel_GBps * 1e3)
-        return size * max(arcs / proto.efficiency, per_channel)
+        inside, across = proto.ceilings
+        per_channel = max(self.connection_load / inside, self.net_connection_load / across) / instances / 1e3
+        return max(self.arcs_us(size, proto, efficiency), size * per_channel)
 
 
 def algorithm_costs(algorithm: Algorithm, graph: nx.DiGraph, protocol: str | None = None) -> Costs:
@@ -436,9 +444,10 @@ def algorithm_costs(algorithm: Algorithm, graph: nx.DiGraph, protocol: str | Non
     best: list[tuple[float, float, int, int, float]] = []
     arc_load: dict[tuple, float] = defaultdict(float)
     conn_load: dict[tuple, float] = defaultdict(float)
+    net_conns: set[tuple] = set()
     for i, t in enumerate(transfers):
         edge = _edge(graph, t, i)
-        net = edge.get("kind") == "net"
+        net = is_net(edge)
         before = max((best[d] for d in deps[i]), default=(0.0, 0.0, 0, 0, 0.0))
         link = float(edge["alpha_us"])
         best.append((before[0] + link + (proto.net_hop_us if net else proto.hop_us), before[1] + link,
@@ -446,11 +455,15 @@ def algorithm_costs(algorithm: Algorithm, graph: nx.DiGraph, protocol: str | Non
         load = len(t.chunks) * per_byte
         for a in edge["resources"]:
             arc_load[a] += load
-        conn_load[(t.src, t.dst, t.channel, t.link)] += load
+        conn = (t.src, t.dst, t.channel, t.link)
+        conn_load[conn] += load
+        if net:
+            net_conns.add(conn)
     top = max(best)
     arcs = {a: (cap.edges[a].get("link_class", ""), float(cap.edges[a]["capacity"]), load)
             for a, load in arc_load.items()}
-    return Costs(top[1], top[2], top[3], arcs, max(conn_load.values()), top[4])
+    return Costs(top[1], top[2], top[3], arcs, max(conn_load.values()), top[4],
+                 max((conn_load[c] for c in net_conns), default=0.0))
 
 
 def link_efficiency(graph: nx.DiGraph) -> dict[str, float]:

@@ -12,7 +12,7 @@ from autotaccl.model.collectives import NAMES, Collective
 from autotaccl.model.hardware import load_hardware, profile_from_dict
 from autotaccl.model.topology import build_topology
 from autotaccl.simulate import (MAX_ROUNDS, ROUND_BYTES, _fluid, _plan, estimate, floor_us, protocol_terms, rounds, simulate,
-                                simulate_sizes)
+                                simulate_sizes, transfer_times)
 
 ALPHA, BW = 0.7, 25.0          # NVLink class of the hand-built ring (µs, GB/s)
 PCIE_ALPHA, IB_ALPHA, IB_BW = 0.5, 2.6, 12.5
@@ -251,7 +251,7 @@ def brute_force(plan, nbytes, k) -> float:
         for j in moving:
             for a in plan.arcs[j % n]:
                 users[a] = users.get(a, 0) + 1
-        rate = {j: min([plan.ceiling] + [plan.share[a] / users[a] for a in plan.arcs[j % n]]) for j in moving}
+        rate = {j: min([plan.ceiling[j % n]] + [plan.share[a] / users[a] for a in plan.arcs[j % n]]) for j in moving}
         later = [t for t in free_at.values() if t > now * (1 + 1e-12)]
         step = min([moving[j] / rate[j] for j in moving] + [t - now for t in later])
         now += step
@@ -323,12 +323,28 @@ def test_contended_direct_alltoall_equals_brute_force():
     assert simulate(algorithm, graph, size).time_us == pytest.approx(LAUNCH + brute_force(plan, nbytes, k), rel=1e-9)
 
 
-def test_ll_across_nodes_has_the_nccl_models_channel_ceiling():
+def test_ll_across_nodes_has_the_nccl_models_channel_ceiling_on_the_network():
     a100 = load_hardware("dgx-a100")            # host CPU AMD: LL across 2 nodes at 22.5 of NCCL's 87.7 GB/s
     one, two = build_topology(a100, 1), build_topology(a100, 2)
-    assert protocol_terms(one, "LL") == a100.protocols["LL"]
-    assert protocol_terms(two, "LL").channel_GBps == pytest.approx(a100.protocols["LL"].channel_GBps * 22.5 / 87.7)
+    inside = a100.protocols["LL"].channel_GBps
+    assert protocol_terms(one, "LL").ceilings == (inside, inside)
+    assert protocol_terms(two, "LL").ceilings == pytest.approx((inside, inside * 22.5 / 87.7))
     assert protocol_terms(two, "Simple") == a100.protocols["Simple"]
+
+
+def test_lls_network_ceiling_binds_only_the_transfers_that_cross_the_network():
+    """On two DGX A100 nodes one LL thread block moves at most 3.65 GB/s to a GPU of its own node (as on one
+    node) and 22.5/24 GB/s to the other node; estimate's connection term says the same."""
+    graph = build_topology(load_hardware("dgx-a100"), 2)
+    size = 16 << 20                             # 1 MiB chunks: each one a round, far above the latency
+    inside, across = (algo("alltoall", 16, [((c,), 0, dst, 0)]) for c, dst in ((1, 1), (8, 8)))
+    (t_inside,), (t_across,) = (transfer_times(a, graph, size, "LL") for a in (inside, across))
+    ceilings = protocol_terms(graph, "LL").ceilings
+    chunk = inside.collective.chunk_bytes(size)
+    assert t_inside - chunk / (ceilings[0] * 1e3) == pytest.approx(0.7, abs=0.01)   # NVSwitch alpha
+    assert t_across - chunk / (ceilings[1] * 1e3) == pytest.approx(0.25 + 2.6 + 0.25, abs=0.01)
+    assert t_across > 3 * t_inside
+    assert estimate(inside, graph, size, "LL") < estimate(across, graph, size, "LL") / 3
 
 
 def test_the_dependency_cache_keeps_the_latest_lists_up_to_its_transfer_limit():

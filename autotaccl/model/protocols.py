@@ -51,7 +51,8 @@ class Protocol:
     ``launch_us``: once per collective call. ``hop_us``/``net_hop_us``: added to the latency of every
     transfer inside a node / across the network (on top of the link's ``alpha_us``). ``efficiency``:
     the share of a link's bytes that are payload. ``channel_GBps``: the most one channel (one thread
-    block per peer) moves, whatever the link could carry.
+    block per peer) moves, whatever the link could carry; ``net_channel_GBps`` the same across the network
+    (None: ``channel_GBps``; LL's is lower on more than one node, :func:`across_nodes`).
     """
 
     name: str
@@ -60,17 +61,28 @@ class Protocol:
     net_hop_us: float
     efficiency: float
     channel_GBps: float
+    net_channel_GBps: float | None = None
 
     @property
     def hops(self) -> tuple[float, float]:
         """``(hop_us, net_hop_us)``, as :func:`edge_latency` takes them."""
         return self.hop_us, self.net_hop_us
 
+    @property
+    def ceilings(self) -> tuple[float, float]:
+        """``(channel_GBps, net_channel_GBps)``: one channel's most inside a node and across the network."""
+        return self.channel_GBps, self.channel_GBps if self.net_channel_GBps is None else self.net_channel_GBps
+
+
+def is_net(edge: Mapping[str, Any]) -> bool:
+    """Whether a topology edge crosses the network (its bytes go through NICs) rather than stay in a node."""
+    return edge.get("kind") == "net"
+
 
 def edge_latency(edge: Mapping[str, Any], hop_us: tuple[float, float] = (0.0, 0.0)) -> float:
     """What a transfer on a topology edge waits before its bytes move: the edge's ``alpha_us`` plus a
     protocol's per-step term, ``hop_us[0]`` inside a node and ``hop_us[1]`` across the network."""
-    return float(edge["alpha_us"]) + hop_us[edge.get("kind") == "net"]
+    return float(edge["alpha_us"]) + hop_us[is_net(edge)]
 
 
 @dataclass(frozen=True)
@@ -112,19 +124,24 @@ def default_protocols(gpu: str = DEFAULT_GENERATION) -> dict[str, Protocol]:
 
 
 def ll_scale(gpu: str, cpu: str, nodes: int) -> float:
-    """LL's per-channel ceiling on ``nodes`` nodes as a share of its one-node value (``channel_GBps``).
+    """LL's per-channel ceiling across the network of ``nodes`` nodes as a share of its one-node value
+    (``channel_GBps``).
 
     Across nodes an LL line crosses the NIC through the host's proxy, and tuning.cc caps LL by the CPU
     vendor and node count instead of the GPU (``llMaxBws``: Intel 39.0 / 20.4, AMD 22.5 / 19.0 GB/s on
-    2 / 4+ nodes, against e.g. Ampere's 87.7 on one node)."""
+    2 / 4+ nodes, against e.g. Ampere's 87.7 on one node). The cap is the network path's: NCCL applies it
+    to a whole algorithm because every one of its multi-node channels crosses the network, but a
+    thread block that moves LL lines over NVLink inside a node of the same job goes no slower than on one
+    node, so :func:`across_nodes` scales the network ceiling only."""
     if nodes <= 1:
         return 1.0
     return _LL_MAX_NET[cpu][0 if nodes == 2 else 1] / _LL_MAX[gpu]
 
 
 def across_nodes(proto: Protocol, scale: float) -> Protocol:
-    """``proto`` with LL's channel ceiling times ``scale`` (:func:`ll_scale`); other protocols as they are."""
-    return replace(proto, channel_GBps=proto.channel_GBps * scale) if proto.name == "LL" else proto
+    """``proto`` with LL's channel ceiling across the network at ``scale`` times its one-node value
+    (:func:`ll_scale`); other protocols as they are."""
+    return replace(proto, net_channel_GBps=proto.channel_GBps * scale) if proto.name == "LL" else proto
 
 
 def default_nvls(gpu: str) -> Nvls | None:

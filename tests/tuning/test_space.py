@@ -196,7 +196,7 @@ def test_a_milp_choice_the_target_can_use_is_silent(tmp_path, caplog):
 def test_a_greedy_trial_synthesizes_for_the_protocol_and_instances_it_runs_with():
     """The greedy engine chooses for the trial's protocol and instances, among what msccl-executor loads:
     each pair is its own synthesis (cache key); for the settings a runner cannot tell apart, Simple x 1 (what
-    the export writes). An AllReduce on two DGX-H100 at 512 KiB, run LL x 4, is faster synthesized for that
+    the export writes). An AllReduce on two DGX-H100 at 1 MiB, run LL x 4, is faster synthesized for that
     run than for Simple x 1. The MILP's stages serve every protocol and instance count of a sketch."""
     from autotaccl import build_topology, load_hardware, synthesize
     from autotaccl.simulate import simulate
@@ -204,7 +204,7 @@ def test_a_greedy_trial_synthesizes_for_the_protocol_and_instances_it_runs_with(
     from autotaccl.tuning.evaluate import synth_options
     from autotaccl.tuning.space.knobs import Settings
 
-    size = 512 << 10
+    size = 1 << 20
     told = synth_options(Settings(engine="greedy", synth_size=size, instances=4, protocol="LL"))
     plain = synth_options(Settings(engine="greedy", synth_size=size))
     assert (told.protocol, told.instances, told.runtime.name) == ("LL", 4, "msccl-executor")
