@@ -545,6 +545,35 @@ def test_at_one_slice_a_reductions_rails_come_in_pieces_and_the_engine_ships_wha
 
 
 @pytest.mark.slow
+def test_a_one_slice_allreduce_on_more_than_two_nodes_comes_in_slices_shallow_then_as_chains(topo):
+    """Four DGX-A100, AllReduce at 1 MiB: the rails in 8, 4 and 2 slices come shallow (a binomial
+    reduction and a star across the nodes: three network hops on the longest chain) and then as chains
+    (six). Under LL x 7 the shallow ones take at most 0.9 of the chains' time at each piece count; the
+    engine, synthesizing for msccl-executor, ships shallow rails within twice the attainable bound. On two
+    nodes, where a star across them is their chain, they come once."""
+    from autotaccl.formats.loading import loader
+    from autotaccl.simulate import algorithm_costs
+
+    g = topo("dgx-a100", 4)
+    lt = logical_topology(g, "allreduce", default_sketch(g, "allreduce"), M)
+    variants = list(sliced_rails(lt))
+    assert [v.metadata["pieces"] for v in variants] == [8, 4, 2, 8, 4, 2]
+    for v in variants:
+        verify(v, g)
+    assert [algorithm_costs(v, g, "LL").net_hops for v in variants] == [3] * 3 + [6] * 3
+    time = [simulate(v, g, M, "LL", 7).time_us for v in variants]
+    assert all(time[n] <= 0.9 * time[n + 3] for n in range(3)), time
+    runtime = loader("msccl-executor")
+    shipped = greedy(lt, M, protocol="LL", instances=7, admit=lambda a: runtime.problem(a, "LL", 7))
+    assert algorithm_costs(shipped, g, "LL").net_hops == 3
+    attainable = min(attainable_us(g, "allreduce", M, p) for p in ("LL", "LL128", "Simple"))
+    assert simulate(shipped, g, M, "LL", 7).time_us <= 2 * attainable
+    two = topo("dgx-a100", 2)
+    pair = logical_topology(two, "allreduce", default_sketch(two, "allreduce"), M)
+    assert [v.metadata["pieces"] for v in sliced_rails(pair)] == [8, 4, 2]
+
+
+@pytest.mark.slow
 def test_on_256_gpus_a_reductions_rails_come_a_piece_a_slice_listed_by_the_chain_ahead(topo):
     """DGX-H100 x 32 ReduceScatter at 512 MiB (2 MiB a root): the trees' transfer budget leaves one piece,
     so the rails in slices take a piece per slice of the runtime's pipeline (2, within the scale budget),
