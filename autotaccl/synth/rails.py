@@ -57,18 +57,25 @@ SEARCH_BUDGET = 20_000    # placements of the exact labelling search (it finds o
 def rail_trees(graph: nx.DiGraph, links: Sequence[Edge], reverse: bool = False,
                senders: Mapping[int, frozenset[int]] | None = None,
                efficiency: Mapping[str, float] | None = None, binomial: bool = False,
-               shallow: bool = False, chains: int = 1) -> Packing:
+               shallow: bool = False, chains: int = 1, fanned: bool = False) -> Packing:
     """The rail trees of every rank over ``links`` (arguments as :func:`~autotaccl.synth.packing.pack_trees`);
     ``binomial``: reversed, reduce through binomial in-node trees (:func:`_spread_binomial`), not stars;
     ``shallow``: across nodes, not a chain but a star (a binomial tree, reversed) over the rail's GPUs;
-    ``chains``: else that many chains from the root, each over a run of the next nodes (:func:`_chains`).
+    ``chains``: else that many chains from the root, each over a run of the next nodes (:func:`_chains`);
+    ``fanned``: across nodes not from the root but from every GPU of its node, node ``a + y`` entered on
+    the rail of the root's GPU ``+ y`` (its in-node tree reaches them all first). Reversed, each other node
+    sums its part on a different GPU, and one network hop takes it to that GPU's rail peer in the root's
+    node, where it joins the root's in-node sum: one hop where a binomial tree across ``n`` nodes takes
+    ``ceil(log2 n)``, and (on up to as many nodes as a node has GPUs) no GPU sums more than one part from
+    the network.
 
     On one node (a switch domain such as GB200 NVL72) a root's tree is its in-node tree alone. Raises
     ValueError naming what is missing: a link into a node (from the sketch's senders) or an in-node link."""
     gpn, ranks = graph.graph["gpus_per_node"], graph.number_of_nodes()
     nodes = ranks // gpn
     in_node = _spread_binomial(gpn) if reverse and binomial else _star(gpn)
-    across = (_spread_binomial(nodes) if reverse else _star(nodes)) if shallow else _chains(nodes, chains)
+    across = _star(nodes) if fanned or (shallow and not reverse) else \
+        _spread_binomial(nodes) if shallow else _chains(nodes, chains)
     usable = {(u, v) for u, v in links if graph.has_edge(*((v, u) if reverse else (u, v)))}
     network: dict[tuple[int, int], set[Edge]] = {}        # (node, node): the links from one into the other
     for u, v in usable:
@@ -79,8 +86,9 @@ def rail_trees(graph: nx.DiGraph, links: Sequence[Edge], reverse: bool = False,
         a = root // gpn
         hubs, edges = {0: root}, []        # keyed by node offset from the root's
         for x, y in across:
-            allowed = (senders or {}).get(root) if x == 0 else None
-            sender, hubs[y] = _crossing(network, hubs[x], (a + y) % nodes, gpn, allowed)
+            allowed = (senders or {}).get(root) if x == 0 or fanned else None
+            held = a * gpn + (root + y) % gpn if fanned else hubs[x]      # a GPU of the root's node holds it
+            sender, hubs[y] = _crossing(network, held, (a + y) % nodes, gpn, allowed)
             edges.append((sender, hubs[y]))
         crossings[root] = (list(hubs.values()), edges)
     entries = Counter(hub for hubs, _ in crossings.values() for hub in hubs)

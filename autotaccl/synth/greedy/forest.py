@@ -78,8 +78,8 @@ def rail_schedules(lt: LogicalTopology) -> Iterator[tuple[str, Algorithm]]:
     reductions go through binomial in-node trees, and an AllGather's or ReduceScatter's rails are shallow
     (a star across nodes, a binomial tree reversed; up to ``MAX_SHALLOW_NODES``, each NIC's peers). An
     AllReduce keeps chains here: its two shallow halves together need more thread blocks than an MSCCL++ plan
-    keeps resident (88 of 80 on DGX-H100 x8); its shallow rails come in slices (:func:`sliced_rails`),
-    for a runtime that loads them. At larger sizes the rails are chains, and the reductions go
+    keeps resident (88 of 80 on DGX-H100 x8); its shallow (fanned) rails come in slices
+    (:func:`sliced_rails`), for a runtime that loads them. At larger sizes the rails are chains, and the reductions go
     through binomial in-node trees where a NIC waits for them (across nodes). Beyond ``MAX_CHAIN_NODES``
     a root's rail is two chains of half the depth, each over half the other nodes, so its slices fill the
     pipeline sooner: at 1 GiB on DGX-H100 x32 (x64), % of the attainable bound, AllGather 97.9 -> 97.4
@@ -114,11 +114,14 @@ def sliced_rails(lt: LogicalTopology) -> Iterator[Algorithm]:
     levels in a node, two hops across the network for an AllReduce) then moves a piece, not the root's
     data, and the pieces follow each other up the chain. At 1 MiB, over the attainable bound: two DGX-2
     AllReduce 1.81x (LL128 x 3; the one-piece rails 2.08x), two DGX-A100 1.62x (1.72x), GB200 NVL72 1.49x
-    under LL (2.17x). An AllReduce's rails come shallow first (a binomial reduction and a star across
-    nodes: two network hops where the chains of four nodes take six), then as chains, which an MSCCL++
-    plan still holds where the shallow ones need too many thread blocks: DGX-A100 x4 AllReduce at 1 MiB
-    under LL x 7 takes 38.9 us shallow, 49.7 as chains (1.71x and 2.18x the attainable bound), DGX-H100 x8
-    under LL x 6 in two pieces (the most that load) 36.5 against 79.1.
+    under LL (2.17x). Across more than two nodes they come fanned first (:func:`~autotaccl.synth.rails.rail_trees`:
+    each other node's part of a root's sum crosses on its own rail, one network hop; an AllReduce's
+    AllGather half a star across nodes), their reduces into each cell in the order their sources are
+    ready (the part from the network first), then as before (a ReduceScatter's binomial tree across
+    nodes, an AllReduce's chains, which an MSCCL++ plan still holds where the shallow ones need too many
+    thread blocks). At 1 MiB, fanned against before: DGX-H100 x8 ReduceScatter under LL x 6 in 4 pieces
+    20.1 us against 25.2 (1.74x and 2.19x the attainable bound), DGX-A100 x4 AllReduce under LL x 7
+    32.1 against 49.7 (1.41x and 2.18x).
 
     Larger, across nodes, every root's data cut into as many pieces as the transfer budget allows (at most
     ``MAX_SLICED_PIECES``, none below ``MIN_PIECE_BYTES``), listed local first (:func:`lower` with ``gpn``);
@@ -157,16 +160,16 @@ def sliced_rails(lt: LogicalTopology) -> Iterator[Algorithm]:
         pieces, order = cut(coll.ranks, per_root, SLICED_CHANNELS, len(halves), MAX_SLICED_PIECES), "local first"
     if pieces < 2:
         raise NotApplicable("rails in slices need two pieces per root or more")
-    # an AllReduce's rails shallow, then as chains (on two nodes a star across them is their chain)
+    # fanned first where they differ (on two nodes a star across them is their chain), then the plain rails
     nodes = coll.ranks // lt.graph.graph["gpus_per_node"]
-    shapes = (True, False) if len(halves) == 2 and nodes > 2 and _shallow_fits(lt) else (False,)
-    for shallow in shapes:
-        _, packs, _ = _rail_packs(lt, shallow)
+    for fanned in (True, False) if nodes > 2 and _shallow_fits(lt) else (False,):
+        _, packs, _ = _rail_packs(lt, fanned)
         if not one_slice:
             packs = _spilled(lt, halves, packs) or packs
         n = pieces
         while n >= 2:
-            yield _schedule(lt, packs, "rails", pieces=n, nchannels=SLICED_CHANNELS, order=order)
+            algorithm = _schedule(lt, packs, "rails", pieces=n, nchannels=SLICED_CHANNELS, order=order)
+            yield list(orders(lt, algorithm))[-1] if fanned else algorithm
             n //= 2
 
 
@@ -178,20 +181,21 @@ def _spilled(lt: LogicalTopology, halves: tuple[bool, ...], packs: list[Packing]
     return [s or p for s, p in zip(spills, packs)] if any(spills) else None
 
 
-def _rail_packs(lt: LogicalTopology, shallow_allreduce: bool = False) -> tuple[tuple[bool, ...], list[Packing], bool]:
-    """The halves of ``lt``'s collective, the rail trees of each (:func:`rail_schedules` says which; an
-    AllReduce's shallow too with ``shallow_allreduce``, where they fit), and whether a root's data is one slice."""
+def _rail_packs(lt: LogicalTopology, fanned: bool = False) -> tuple[tuple[bool, ...], list[Packing], bool]:
+    """The halves of ``lt``'s collective, the rail trees of each (:func:`rail_schedules` says which; with
+    ``fanned``, where they can be shallow, a reduction's fanned and an AllReduce's AllGather half shallow),
+    and whether a root's data is one slice."""
     halves = _halves(lt)
     ranks, gpn = lt.collective.ranks, lt.graph.graph["gpus_per_node"]
     if ranks * (ranks - 1) * len(halves) > MAX_RAIL_EDGES:
         raise NotApplicable(f"{ranks} ranks need more than {MAX_RAIL_EDGES} edges of rail trees")
     one_slice = _one_slice(lt)
     binomial = one_slice or ranks > gpn
-    shallow = (len(halves) == 1 or shallow_allreduce) and _shallow_fits(lt)
+    shallow = (len(halves) == 1 or fanned) and _shallow_fits(lt)
     chains = 2 if ranks > MAX_CHAIN_NODES * gpn else 1
     try:
         packs = [rail_trees(lt.graph, sorted(lt.edges), reverse, _senders(lt), link_efficiency(lt.graph),
-                            binomial, shallow, chains)
+                            binomial, shallow, chains, fanned=shallow and fanned and reverse)
                  for reverse in halves]
     except ValueError as err:
         raise NotApplicable(str(err)) from None
