@@ -16,8 +16,9 @@ Model (every term from the graph's hardware profile, ``hardware/README.md``; :mo
   a switch out-port and in-port, a GPU-NIC hop, a NIC's egress and ingress). An arc's payload rate is
   ``capacity * link efficiency * protocol efficiency``, shared equally by the channel copies crossing
   it; a copy moves at the smallest of its shares and at most at the protocol's ``channel_GBps`` (one
-  thread block cannot fill a fast link; LL's is lower across the network, ``Protocol.ceilings``). Rates change whenever a transfer starts or ends (a fluid,
-  fair-share model: NICs and switch ports are still contended, but nobody holds a path it does not fill).
+  thread block cannot fill a fast link; LL's is lower across the network, ``Protocol.ceilings``). Rates
+  change whenever a transfer starts or ends (a fluid, fair-share model: NICs and switch ports are still
+  contended, but nobody holds a path it does not fill).
 
 Pipelining: a runtime never moves a large buffer in one piece. NCCL and MSCCL split each chunk into
 slices per step and keep several steps in flight, so later slices fill the pipeline while earlier ones

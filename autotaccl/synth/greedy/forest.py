@@ -77,10 +77,10 @@ def rail_schedules(lt: LogicalTopology) -> Iterator[tuple[str, Algorithm]]:
     Where a root's data is one slice of the runtime's pipeline, nothing overlaps the trees' depth, so the
     reductions go through binomial in-node trees, and an AllGather's or ReduceScatter's rails are shallow
     (a star across nodes, a binomial tree reversed; up to ``MAX_SHALLOW_NODES``, each NIC's peers). An
-    AllReduce keeps chains here: its two shallow halves together need more thread blocks than an MSCCL++ plan
-    keeps resident (88 of 80 on DGX-H100 x8); its shallow (fanned) rails come in slices
-    (:func:`sliced_rails`), for a runtime that loads them. At larger sizes the rails are chains, and the reductions go
-    through binomial in-node trees where a NIC waits for them (across nodes). Beyond ``MAX_CHAIN_NODES``
+    AllReduce keeps chains here: its two shallow halves together need more thread blocks than an MSCCL++
+    plan keeps resident (88 of 80 on DGX-H100 x8); its shallow (fanned) rails come in slices
+    (:func:`sliced_rails`), for a runtime that loads them. At larger sizes the rails are chains, and the
+    reductions go through binomial in-node trees where a NIC waits for them (across nodes). Beyond ``MAX_CHAIN_NODES``
     a root's rail is two chains of half the depth, each over half the other nodes, so its slices fill the
     pipeline sooner: at 1 GiB on DGX-H100 x32 (x64), % of the attainable bound, AllGather 97.9 -> 97.4
     (74.4 -> 97.0), ReduceScatter 77.8 -> 91.2 (72.4 -> 90.2), AllReduce 86.9 -> 93.8 (73.3 -> 93.0). On 16
@@ -114,14 +114,14 @@ def sliced_rails(lt: LogicalTopology) -> Iterator[Algorithm]:
     levels in a node, two hops across the network for an AllReduce) then moves a piece, not the root's
     data, and the pieces follow each other up the chain. At 1 MiB, over the attainable bound: two DGX-2
     AllReduce 1.81x (LL128 x 3; the one-piece rails 2.08x), two DGX-A100 1.62x (1.72x), GB200 NVL72 1.49x
-    under LL (2.17x). Across more than two nodes they come fanned first (:func:`~autotaccl.synth.rails.rail_trees`:
-    each other node's part of a root's sum crosses on its own rail, one network hop; an AllReduce's
-    AllGather half a star across nodes), their reduces into each cell in the order their sources are
-    ready (the part from the network first), then as before (a ReduceScatter's binomial tree across
-    nodes, an AllReduce's chains, which an MSCCL++ plan still holds where the shallow ones need too many
-    thread blocks). At 1 MiB, fanned against before: DGX-H100 x8 ReduceScatter under LL x 6 in 4 pieces
-    20.1 us against 25.2 (1.74x and 2.19x the attainable bound), DGX-A100 x4 AllReduce under LL x 7
-    32.1 against 49.7 (1.41x and 2.18x).
+    under LL (2.17x). Across more than two nodes they come fanned first
+    (:func:`~autotaccl.synth.rails.rail_trees`: each other node's part of a root's sum crosses on its own
+    rail, one network hop; an AllReduce's AllGather half a star across nodes), their reduces into each
+    cell in the order their sources are ready (the part from the network first), then as before (a
+    ReduceScatter's binomial tree across nodes, an AllReduce's chains, which an MSCCL++ plan still holds
+    where the shallow ones need too many thread blocks). At 1 MiB, fanned against before: DGX-H100 x8
+    ReduceScatter under LL x 6 in 4 pieces 20.1 us against 25.2 (1.74x and 2.19x the attainable bound),
+    DGX-A100 x4 AllReduce under LL x 7 32.1 against 49.7 (1.41x and 2.18x).
 
     Larger, across nodes, every root's data cut into as many pieces as the transfer budget allows (at most
     ``MAX_SLICED_PIECES``, none below ``MIN_PIECE_BYTES``), listed local first (:func:`lower` with ``gpn``);
