@@ -89,10 +89,11 @@ def rail_schedules(lt: LogicalTopology) -> Iterator[tuple[str, Algorithm]]:
     Where a root's data is one slice, an AllGather's rails also come in ``ONE_SLICE_PIECES`` pieces, within
     the transfer budget: nothing else pipelines the network hop into the in-node copies behind it, so a
     second piece crosses the NIC while the first spreads over NVLink. At 1 MiB on DGX-H100 x8 under LL x 7
-    that takes 24.8 us down to 22.4 (LL x 8 in one piece: 23.6); three pieces would be faster still, but
-    they need more than MSCCL XML's 4096 nodes per rank from LL x 5 up. The reductions gain little in two
-    pieces on the rails' channels (DGX-H100 x8 ReduceScatter: 2.93x the attainable bound -> 2.82x) and keep
-    one piece here; their pieces on one channel are :func:`sliced_rails`'.
+    that takes 19.5 us down to 17.3 (LL x 8 in one piece: 19.5); three pieces would be faster still, but
+    they need more than MSCCL XML's 4096 nodes per rank from LL x 5 up. The reductions gain less in two
+    pieces on the rails' channels (DGX-H100 x8 ReduceScatter under LL x 8: 2.31x the attainable bound ->
+    2.12x) than in slices on one channel (the fanned rails in 4 pieces under LL x 6: 1.74x) and keep one
+    piece here; their pieces on one channel are :func:`sliced_rails`'.
 
     Each comes with its name: "rails", then "spilled rails", then "rails in pieces"."""
     halves, packs, one_slice = _rail_packs(lt)
