@@ -445,13 +445,13 @@ def algorithm_costs(algorithm: Algorithm, graph: nx.DiGraph, protocol: str | Non
     best: list[tuple[float, float, int, int, float]] = []
     arc_load: dict[tuple, float] = defaultdict(float)
     conn_load: dict[tuple, float] = defaultdict(float)
-    net_conns: set[tuple] = set()
+    net_load: dict[tuple, float] = defaultdict(float)       # the connections that cross the network
     for i, t in enumerate(transfers):
         edge = _edge(graph, t, i)
         net = is_net(edge)
         before = max((best[d] for d in deps[i]), default=(0.0, 0.0, 0, 0, 0.0))
         link = float(edge["alpha_us"])
-        best.append((before[0] + link + (proto.net_hop_us if net else proto.hop_us), before[1] + link,
+        best.append((before[0] + edge_latency(edge, proto.hops), before[1] + link,
                      before[2] + (not net), before[3] + net, before[4] + (link if net else 0.0)))
         load = len(t.chunks) * per_byte
         for a in edge["resources"]:
@@ -459,12 +459,12 @@ def algorithm_costs(algorithm: Algorithm, graph: nx.DiGraph, protocol: str | Non
         conn = (t.src, t.dst, t.channel, t.link)
         conn_load[conn] += load
         if net:
-            net_conns.add(conn)
+            net_load[conn] += load
     top = max(best)
     arcs = {a: (cap.edges[a].get("link_class", ""), float(cap.edges[a]["capacity"]), load)
             for a, load in arc_load.items()}
     return Costs(top[1], top[2], top[3], arcs, max(conn_load.values()), top[4],
-                 max((conn_load[c] for c in net_conns), default=0.0))
+                 max(net_load.values(), default=0.0))
 
 
 def link_efficiency(graph: nx.DiGraph) -> dict[str, float]:

@@ -86,7 +86,7 @@ def rail_trees(graph: nx.DiGraph, links: Sequence[Edge], reverse: bool = False,
         a = root // gpn
         hubs, edges = {0: root}, []        # keyed by node offset from the root's
         for x, y in across:
-            allowed = (senders or {}).get(root) if x == 0 or fanned else None
+            allowed = (senders or {}).get(root) if x == 0 else None     # (fanned: a star, every x is 0)
             held = a * gpn + (root + y) % gpn if fanned else hubs[x]      # a GPU of the root's node holds it
             sender, hubs[y] = _crossing(network, held, (a + y) % nodes, gpn, allowed)
             edges.append((sender, hubs[y]))
