@@ -49,6 +49,8 @@ ONE_SLICE_REDUCTION_PIECES = 8   # a reduction's rails in slices where a root's 
 SLICED_CHANNELS = 1        # the rails in slices: one chunk per piece; the instances fill the NICs
 MAX_SLICED_PIECES = 64     # per root, for the rails in slices (16 GPUs: 15 360 transfers a half)
 MAX_SCALE_TRANSFERS = 1_100_000   # the rails in slices beyond MAX_TRANSFERS: AllReduce on 512 GPUs in 2 has 1 046 528
+TAPER_FROM = 16            # a ReduceScatter's rails in slices from this many pieces on: the first and last ones smaller
+TAPER = (1, 1, 2, 2)       # the chunks of the first pieces (and, reversed, of the last); 4 each in between
 HALVES = {"allgather": (False,), "reducescatter": (True,), "allreduce": (True, False)}
 _CACHE: dict[tuple, Packing] = {}
 
@@ -149,6 +151,7 @@ def sliced_rails(lt: LogicalTopology) -> Iterator[Algorithm]:
     halves, coll = _halves(lt), lt.collective
     per_root = lt.chunk_bytes * coll.chunkup
     one_slice = _one_slice(lt)
+    nodes = coll.ranks // lt.graph.graph["gpus_per_node"]
     if not coll.is_reduction or (coll.ranks == lt.graph.graph["gpus_per_node"] and not one_slice):
         raise NotApplicable("rails in slices are for a reduction, on one node only where a root's data is one slice")
     room = budget(coll.ranks, SLICED_CHANNELS, len(halves))
@@ -158,18 +161,20 @@ def sliced_rails(lt: LogicalTopology) -> Iterator[Algorithm]:
         pieces = min(rounds(per_root), budget(coll.ranks, SLICED_CHANNELS, len(halves), MAX_SCALE_TRANSFERS))
         order = "critical"
     else:
-        pieces, order = cut(coll.ranks, per_root, SLICED_CHANNELS, len(halves), MAX_SLICED_PIECES), "local first"
+        pieces = cut(coll.ranks, per_root, SLICED_CHANNELS, len(halves), MAX_SLICED_PIECES)
+        order = "depth" if coll.name == "allreduce" and nodes > 2 else "local first"
     if pieces < 2:
         raise NotApplicable("rails in slices need two pieces per root or more")
     # fanned first where they differ (on two nodes a star across them is their chain), then the plain rails
-    nodes = coll.ranks // lt.graph.graph["gpus_per_node"]
     for fanned in (True, False) if nodes > 2 and _shallow_fits(lt) else (False,):
         _, packs, _ = _rail_packs(lt, fanned)
         if not one_slice:
             packs = _spilled(lt, halves, packs) or packs
         n = pieces
         while n >= 2:
-            algorithm = _schedule(lt, packs, "rails", pieces=n, nchannels=SLICED_CHANNELS, order=order)
+            tapered = coll.name == "reducescatter" and order == "local first" and n >= TAPER_FROM
+            algorithm = _schedule(lt, packs, "rails", pieces=n, nchannels=SLICED_CHANNELS, order=order,
+                                  tapered=tapered)
             yield list(orders(lt, algorithm))[-1] if fanned else algorithm
             n //= 2
 
@@ -224,30 +229,32 @@ def _halves(lt: LogicalTopology) -> tuple[bool, ...]:
 
 
 def _schedule(lt: LogicalTopology, packs: list[Packing], strategy: str, pieces: int | None = None,
-              nchannels: int | None = None, order: str = "depth") -> Algorithm:
-    """``packs`` (one per half) lowered (:func:`lower`), the ReduceScatter half run backwards, listed by
-    ``order`` ("depth": dependency depth; "local first": :func:`lower` with the GPUs per node; "critical":
-    piece by piece, each piece by the chain still ahead of each transfer, timed alone at the target size,
-    :func:`~.schedule.critical_first`), verified."""
+              nchannels: int | None = None, order: str = "depth", tapered: bool = False) -> Algorithm:
+    """``packs`` (one per half) lowered (:func:`lower`, in :func:`piece_sizes`), the ReduceScatter half
+    run backwards, listed by ``order`` ("depth": dependency depth; "local first": :func:`lower` with the
+    GPUs per node; "critical": piece by piece, each piece by the chain still ahead of each transfer, timed
+    alone at the target size, :func:`~.schedule.critical_first`), verified."""
     coll = lt.collective
     ranks = coll.ranks
     nchannels = nchannels or max(channels(lt, p) for p in packs)
     per_root = lt.chunk_bytes * coll.chunkup
     pieces = pieces or cut(ranks, per_root, nchannels, len(packs))
+    sizes = piece_sizes(pieces, tapered)
+    units = sum(sizes)
     gpn = lt.graph.graph["gpus_per_node"] if order == "local first" else None
-    lowered = [lower(p.trees, ranks, pieces, nchannels, gpn) for p in packs]
+    lowered = [lower(p.trees, ranks, sizes, nchannels, gpn) for p in packs]
     if coll.is_reduction:         # the ReduceScatter: the reversed packing's AllGather run backwards
         lowered[0] = reverse_gather(lowered[0], [0.0] * len(lowered[0]))
     transfers = lowered[0] if len(lowered) == 1 else list(sequence(lowered[0], lowered[1], 0.0))
     name = f"{coll.name}-{lt.graph.graph.get('name', 'topology')}-greedy"
-    algorithm = Algorithm(name, Collective(coll.name, ranks, pieces * nchannels), tuple(transfers),
-                          lt.graph.graph.get("name", ""),
-                          {"engine": "greedy", "strategy": strategy, "batching": False, "order": order,
-                           "chunk_bytes": per_root / (pieces * nchannels),
-                           "pieces": pieces, "channels": nchannels})
+    metadata = {"engine": "greedy", "strategy": strategy, "batching": False, "order": order,
+                "chunk_bytes": per_root / (units * nchannels), "pieces": pieces, "channels": nchannels}
+    algorithm = Algorithm(name, Collective(coll.name, ranks, units * nchannels), tuple(transfers),
+                          lt.graph.graph.get("name", ""), {**metadata, "tapered": True} if tapered else metadata)
     if order == "critical":
         times = transfer_times(algorithm, lt.graph, per_root * ranks)
-        ordered = critical_first(transfers, times, [t.chunks[0] // nchannels % pieces for t in transfers])
+        piece = [j for j, n in enumerate(sizes) for _ in range(n)]
+        ordered = critical_first(transfers, times, [piece[t.chunks[0] // nchannels % units] for t in transfers])
     else:
         ordered = assign_steps(list(transfers))
     algorithm = replace(algorithm, transfers=ordered)
@@ -317,10 +324,23 @@ def channels(lt: LogicalTopology, pack: Packing) -> int:
     return min(MAX_CHANNELS, max(1, math.ceil(max(load.values()) / (pack.ratio * ceiling) - 1e-9)))
 
 
-def lower(trees: tuple[Tree, ...], ranks: int, pieces: int, nchannels: int,
+def piece_sizes(pieces: int, tapered: bool = False) -> tuple[int, ...]:
+    """The chunks of each of a root's ``pieces`` per channel: one each, or ``tapered``, ``TAPER`` at the
+    start, 4 each in between and ``TAPER`` reversed at the end (at least twice as many pieces as ``TAPER``)."""
+    if not tapered:
+        return (1,) * pieces
+    ends = len(TAPER)
+    if pieces < 2 * ends:
+        raise ValueError(f"tapered pieces need at least {2 * ends}, not {pieces}")
+    return TAPER + (4,) * (pieces - 2 * ends) + TAPER[::-1]
+
+
+def lower(trees: tuple[Tree, ...], ranks: int, sizes: tuple[int, ...], nchannels: int,
           gpn: int | None = None) -> list[Transfer]:
-    """Copies of every piece down its tree; a piece is ``nchannels`` chunks moving side by side, one per
-    channel (chunk ``(r * pieces + j) * nchannels + c``: part ``c`` of piece ``j`` of root ``r``).
+    """Copies of every piece down its tree; a root's data is ``sum(sizes)`` units, piece ``j`` of it the
+    next ``sizes[j]`` of them, each unit ``nchannels`` chunks moving side by side, one per channel (chunk
+    ``(r * sum(sizes) + u) * nchannels + c``: part ``c`` of unit ``u`` of root ``r``; one transfer moves a
+    piece's units on its channel, contiguous on one channel).
 
     The list (the runtime's priority) goes piece by piece, and within a piece level by level: every root's
     first hops, then their second, and so on. Run backwards, every root's reduction then climbs its tree
@@ -333,17 +353,21 @@ def lower(trees: tuple[Tree, ...], ranks: int, pieces: int, nchannels: int,
     by_root: dict[int, list[Tree]] = {}
     for t in trees:
         by_root.setdefault(t.root, []).append(t)
-    order = {r: interleave(ts, pieces) for r, ts in by_root.items()}
+    order = {r: interleave(ts, len(sizes)) for r, ts in by_root.items()}
+    units = sum(sizes)
     keyed = []
-    for j in range(pieces):
+    start = 0
+    for j, size in enumerate(sizes):
         for r in range(ranks):
-            first = (r * pieces + j) * nchannels
+            first = r * units + start
             depth = {r: 0}
             for n, (u, v) in enumerate(order[r][j].edges):
                 depth[v] = depth[u] + 1
                 away = gpn is None or v // gpn != r // gpn
-                keyed += [((away, j, depth[v], r, n, c), Transfer((first + c,), u, v, 0, channel=c))
+                keyed += [((away, j, depth[v], r, n, c),
+                           Transfer(tuple((first + k) * nchannels + c for k in range(size)), u, v, 0, channel=c))
                           for c in range(nchannels)]
+        start += size
     keyed.sort(key=lambda entry: entry[0])
     return [t for _, t in keyed]
 
