@@ -14,7 +14,9 @@ from autotaccl.model.algorithm import verify
 from autotaccl.selection import attainable_us, fastest
 from autotaccl.simulate import simulate
 from autotaccl.sketch import default_sketch, load_sketch, logical_topology
-from autotaccl.synth.greedy.forest import _senders, forest, orders, rail_schedules, rails, sliced_rails
+from autotaccl.synth.greedy import forest as forest_module
+from autotaccl.synth.greedy.forest import (_senders, forest, orders, piece_sizes, rail_schedules, rails,
+                                          sliced_rails)
 from autotaccl.synth.greedy.select import candidates, greedy
 from autotaccl.synth.greedy.strategy import NotApplicable
 from autotaccl.synth.packing import _arborescence, pack_trees
@@ -527,6 +529,13 @@ def test_a_reductions_rails_also_come_in_slices_with_the_roots_own_node_summed_l
     assert (sliced.metadata["channels"], sliced.metadata["order"]) == (1, "local first")
     assert {(t.src, t.dst, t.op) for t in sliced.transfers} == {(t.src, t.dst, t.op) for t in spilled.transfers}
     assert [v.metadata["order"] for v in orders(lt, sliced)] == ["local first"]
+    for v in variants:     # a ReduceScatter's from 16 pieces tapered: each transfer moves one piece's chunks
+        tapered = collective == "reducescatter" and v.metadata["pieces"] >= 16
+        sizes = piece_sizes(v.metadata["pieces"], tapered)
+        assert (v.metadata.get("tapered", False), v.collective.chunkup) == (tapered, sum(sizes))
+        assert {len(t.chunks) for t in v.transfers} == set(sizes)
+        assert all(t.chunks == tuple(range(t.chunks[0], t.chunks[0] + len(t.chunks))) and
+                   t.chunks[0] // sum(sizes) == t.chunks[-1] // sum(sizes) for t in v.transfers)
     k = sliced.collective.chunkup
     steps: dict[int, list[bool]] = {}      # per step, in list order: is the reduce within the root's node
     for t in sliced.transfers:
@@ -539,6 +548,55 @@ def test_a_reductions_rails_also_come_in_slices_with_the_roots_own_node_summed_l
         h = topo("dgx-h100", nodes)
         with pytest.raises(NotApplicable):
             next(sliced_rails(logical_topology(h, name, default_sketch(h, name), size)))
+
+
+def test_piece_sizes_are_a_chunk_each_or_tapered_at_both_ends():
+    assert piece_sizes(3) == (1, 1, 1)
+    assert piece_sizes(10, tapered=True) == (1, 1, 2, 2, 4, 4, 2, 2, 1, 1)
+    assert sum(piece_sizes(32, tapered=True)) == 108
+    with pytest.raises(ValueError, match="at least 8"):
+        piece_sizes(7, tapered=True)
+
+
+@pytest.mark.slow
+def test_at_1g_a_reducescatters_tapered_slices_start_the_nics_sooner_and_load(topo, monkeypatch):
+    """Two DGX-A100, ReduceScatter at 1 GiB under x4: the rails in 32 tapered slices reach 97% of the
+    attainable bound and msccl-executor loads them; in 32 even slices (as many transfers, so as many
+    XML nodes) the NICs wait longer for the first in-node sums and the last take longer: below 96%."""
+    from autotaccl.formats.loading import loader
+
+    g = topo("dgx-a100", 2)
+    lt = logical_topology(g, "reducescatter", default_sketch(g, "reducescatter"), G)
+    tapered = next(v for v in sliced_rails(lt) if v.metadata["pieces"] == 32)
+    monkeypatch.setattr(forest_module, "TAPER_FROM", 1 << 30)
+    even = next(v for v in sliced_rails(lt) if v.metadata["pieces"] == 32)
+    assert tapered.metadata["tapered"] and "tapered" not in even.metadata
+    assert len(tapered.transfers) == len(even.transfers)
+    attainable = attainable_us(g, "reducescatter", G)
+    assert simulate(tapered, g, G, "Simple", 4).time_us <= attainable / 0.97
+    assert simulate(even, g, G, "Simple", 4).time_us > attainable / 0.96
+    assert loader("msccl-executor").problem(tapered, "Simple", 4) is None
+
+
+@pytest.mark.slow
+def test_across_more_than_two_nodes_an_allreduces_slices_are_listed_by_dependency_depth(topo):
+    """DGX-H100 x 8, AllReduce at 1 GiB: the rails in slices (12, 6, 3 pieces) are listed by dependency
+    depth, not local first, and never tapered; in 6 pieces under x2 that reaches 97% of the attainable
+    bound, where the same transfers local first stay below 97%."""
+    g = topo("dgx-h100", 8)
+    lt = logical_topology(g, "allreduce", default_sketch(g, "allreduce"), G)
+    variants = list(sliced_rails(lt))
+    assert [(v.metadata["pieces"], v.metadata["order"]) for v in variants] == [(12, "depth"), (6, "depth"),
+                                                                             (3, "depth")]
+    assert not any(v.metadata.get("tapered") for v in variants)
+    halves, packs, _ = forest_module._rail_packs(lt)
+    packs = forest_module._spilled(lt, halves, packs) or packs
+    local = forest_module._schedule(lt, packs, "rails", pieces=6, nchannels=1, order="local first")
+    assert Counter((t.src, t.dst, t.chunks, t.op) for t in variants[1].transfers) == \
+        Counter((t.src, t.dst, t.chunks, t.op) for t in local.transfers)
+    attainable = attainable_us(g, "allreduce", G)
+    assert simulate(variants[1], g, G, "Simple", 2).time_us <= attainable / 0.97 < \
+        simulate(local, g, G, "Simple", 2).time_us
 
 
 @pytest.mark.slow
