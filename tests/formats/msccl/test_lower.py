@@ -116,6 +116,25 @@ def test_a_receive_and_send_pair_that_fuses_nothing_gets_two_thread_blocks():
     assert sorted([s.type for s in tb.steps] for tb in tbs) == [["r"], ["r"], ["s", "s"], ["s", "s"]]
 
 
+def test_a_relay_that_receives_every_piece_before_forwarding_any_fuses_them_all():
+    """AllGather on a line 0 - 1 - 2, four chunks a rank: rank 1 sends its own chunks both ways at step 0,
+    receives the four of each end at step 0 and forwards them at step 1. Its block receiving from 0 and
+    sending to 2 holds: send own, receive 0..3, send 0..3; each forward fuses with its receive (the fused
+    step sends ahead of the later receives, all from rank 0): one send and four ``rcs`` a block, where
+    fusing only a receive next to its send fused nothing. The program replays correctly in both modes."""
+    ends = {0: 2, 2: 0}      # an end, and where its chunks go through rank 1
+    transfers = [Transfer(tuple(range(4, 8)), 1, end, 0) for end in ends]
+    transfers += [Transfer((4 * end + j,), end, 1, 0) for end in ends for j in range(4)]
+    transfers += [Transfer((4 * end + j,), 1, far, 1) for end, far in ends.items() for j in range(4)]
+    alg = Algorithm("line", Collective("allgather", 3, 4), tuple(transfers))
+    text = lower(alg)
+    report = check_xml(text, mode="both", seeds=SEEDS)
+    assert report.valid, str(report)
+    relays = sorted((tb.send, tb.recv, [s.type for s in tb.steps]) for tb in parse_xml(text).gpus[1].tbs
+                    if (tb.send, tb.recv) != (-1, -1))      # not the local copy of its own chunks
+    assert relays == [(0, 2, ["s", "rcs", "rcs", "rcs", "rcs"]), (2, 0, ["s", "rcs", "rcs", "rcs", "rcs"])]
+
+
 def forwarding_star(ranks: int, channels: int = 32) -> Algorithm:
     """AllGather where rank 0 receives chunk j of every other rank p on channel j and forwards it to
     rank p % (ranks - 1) + 1 after sending that rank its own chunk j, so no step fuses; the rest direct."""
