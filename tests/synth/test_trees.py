@@ -516,14 +516,16 @@ def test_the_allgather_at_1m_for_ll_x8_ships_the_rails_in_pieces_and_lowers_to_b
 @pytest.mark.parametrize("collective", ["reducescatter", "allreduce"])
 def test_a_reductions_rails_also_come_in_slices_with_the_roots_own_node_summed_last(topo, collective):
     """At 1 GiB on two DGX-H100 a reduction's rails also come in slices: the spilled rails' edges, 64
-    pieces per root (a quarter MiB each) on one channel, in one list order, then 32, 16, ..., 2 pieces
-    (for a runtime that loads fewer transfers); run backwards, in every step the reduces within a root's
-    own node come after all the others. Not for an AllGather, not on one node (beyond one slice)."""
+    pieces per root (a quarter MiB each) on one channel, in one list order, then (a ReduceScatter's) 53,
+    then 32, 16, ..., 2 pieces (for a runtime that loads fewer transfers); run backwards, in every step the
+    reduces within a root's own node come after all the others. Not for an AllGather, not on one node
+    (beyond one slice)."""
     g = topo("dgx-h100", 2)
     lt = logical_topology(g, collective, default_sketch(g, collective), G)
     spilled, variants = dict(rail_schedules(lt))["spilled rails"], list(sliced_rails(lt))
-    assert [v.metadata["pieces"] for v in variants] == [64, 32, 16, 8, 4, 2]
-    assert [len(v.transfers) for v in variants] == [len(variants[0].transfers) >> n for n in range(6)]
+    counts = [64, 53, 32, 16, 8, 4, 2] if collective == "reducescatter" else [64, 32, 16, 8, 4, 2]
+    assert [v.metadata["pieces"] for v in variants] == counts
+    assert [len(v.transfers) for v in variants] == [len(variants[0].transfers) * n // 64 for n in counts]
     sliced = variants[0]
     verify(sliced, g)
     assert (sliced.metadata["channels"], sliced.metadata["order"]) == (1, "local first")
@@ -548,6 +550,42 @@ def test_a_reductions_rails_also_come_in_slices_with_the_roots_own_node_summed_l
         h = topo("dgx-h100", nodes)
         with pytest.raises(NotApplicable):
             next(sliced_rails(logical_topology(h, name, default_sketch(h, name), size)))
+
+
+def test_beyond_one_slice_a_reducescatters_slices_across_more_than_two_nodes_are_fanned(topo):
+    """Four DGX-A100, ReduceScatter at 1 GiB: the rails in slices are the fanned ones only (one network hop
+    on every chain of sums, where the plain rails' chain across four nodes takes three), in 64, 53, 32, ...,
+    2 pieces, tapered from 16. An AllReduce's stay plain (three hops to sum, three to spread)."""
+    from autotaccl.simulate import algorithm_costs
+
+    g = topo("dgx-a100", 4)
+    lt = logical_topology(g, "reducescatter", default_sketch(g, "reducescatter"), G)
+    variants = list(sliced_rails(lt))
+    assert [(v.metadata["pieces"], v.metadata.get("tapered", False)) for v in variants] == \
+        [(64, True), (53, True), (32, True), (16, True), (8, False), (4, False), (2, False)]
+    assert {algorithm_costs(v, g).net_hops for v in variants} == {1}
+    assert algorithm_costs(rails(lt), g).net_hops == 3
+    allreduce = logical_topology(g, "allreduce", default_sketch(g, "allreduce"), G)
+    assert {algorithm_costs(v, g).net_hops for v in sliced_rails(allreduce)} == {6}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("hardware, nodes, pieces", [("dgx-a100", 4, 32), ("dgx-h100", 8, 20)])
+def test_at_1g_a_reducescatters_fanned_tapered_slices_reach_97_percent_and_load_at_two_instances(
+        topo, hardware, nodes, pieces):
+    """ReduceScatter at 1 GiB under x2 on four DGX-A100 (32 of 64 pieces) and on eight DGX-H100 (20, five
+    sixths of 24): the fanned rails in tapered slices reach 97% of the attainable bound, and msccl-executor
+    loads them (the most pieces do not)."""
+    from autotaccl.formats.loading import loader
+
+    g = topo(hardware, nodes)
+    lt = logical_topology(g, "reducescatter", default_sketch(g, "reducescatter"), G)
+    variants = iter(sliced_rails(lt))
+    most = next(variants)
+    chosen = next(v for v in variants if v.metadata["pieces"] == pieces)
+    assert simulate(chosen, g, G, "Simple", 2).time_us <= attainable_us(g, "reducescatter", G) / 0.97
+    runtime = loader("msccl-executor")
+    assert runtime.problem(chosen, "Simple", 2) is None and runtime.problem(most, "Simple", 2)
 
 
 def test_piece_sizes_are_a_chunk_each_or_tapered_at_both_ends():
