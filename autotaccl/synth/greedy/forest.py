@@ -183,9 +183,10 @@ def sliced_rails(lt: LogicalTopology) -> Iterator[Algorithm]:
         raise NotApplicable("rails in slices need two pieces per root or more")
     # on two nodes a star across them is their chain; across more, at one slice fanned first, then the
     # plain rails; larger, a ReduceScatter's fanned only, its pieces also five sixths of the most
-    fans = nodes > 2 and coll.ranks <= MAX_SHALLOW_NODES * lt.graph.graph["gpus_per_node"]
+    fans = nodes > 2 and _few_nodes(lt)
     scattered = coll.name == "reducescatter" and order == "local first"
-    counts = [pieces] + ([pieces * 5 // 6] if scattered else []) + [pieces >> k for k in range(1, pieces.bit_length())]
+    counts = [pieces, pieces * 5 // 6] if scattered else [pieces]
+    counts += [pieces >> k for k in range(1, pieces.bit_length())]
     for fanned in (True, False) if fans and one_slice else (True,) if fans and scattered else (False,):
         _, packs, _ = _rail_packs(lt, fanned)
         if not one_slice:
@@ -226,9 +227,13 @@ def _rail_packs(lt: LogicalTopology, fanned: bool = False) -> tuple[tuple[bool, 
 
 
 def _shallow_fits(lt: LogicalTopology) -> bool:
-    """Whether the rails across nodes can be shallow: a root's data is one slice, and each NIC's peers
-    (one per other node) at most ``MAX_SHALLOW_NODES``."""
-    return _one_slice(lt) and lt.collective.ranks <= MAX_SHALLOW_NODES * lt.graph.graph["gpus_per_node"]
+    """Whether the rails across nodes can be shallow: a root's data is one slice, and :func:`_few_nodes`."""
+    return _one_slice(lt) and _few_nodes(lt)
+
+
+def _few_nodes(lt: LogicalTopology) -> bool:
+    """Whether a star across nodes gives each NIC at most ``MAX_SHALLOW_NODES`` peers (one per other node)."""
+    return lt.collective.ranks <= MAX_SHALLOW_NODES * lt.graph.graph["gpus_per_node"]
 
 
 def _one_slice(lt: LogicalTopology) -> bool:

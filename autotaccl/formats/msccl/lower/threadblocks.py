@@ -188,7 +188,9 @@ def _fusions(order: list[tuple[int, str]], send_tb, recv_tb, cand: dict[int, int
             t1, place = waiting.get(t, (None, -1))
             if place >= since:
                 fused[t1] = t
-            since = place + 1 if place >= since else i + 1
+                since = place + 1
+            else:
+                since = i + 1
     return fused
 
 
