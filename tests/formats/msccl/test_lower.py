@@ -116,23 +116,38 @@ def test_a_receive_and_send_pair_that_fuses_nothing_gets_two_thread_blocks():
     assert sorted([s.type for s in tb.steps] for tb in tbs) == [["r"], ["r"], ["s", "s"], ["s", "s"]]
 
 
-def test_a_relay_that_receives_every_piece_before_forwarding_any_fuses_them_all():
-    """AllGather on a line 0 - 1 - 2, four chunks a rank: rank 1 sends its own chunks both ways at step 0,
-    receives the four of each end at step 0 and forwards them at step 1. Its block receiving from 0 and
-    sending to 2 holds: send own, receive 0..3, send 0..3; each forward fuses with its receive (the fused
-    step sends ahead of the later receives, all from rank 0): one send and four ``rcs`` a block, where
-    fusing only a receive next to its send fused nothing. The program replays correctly in both modes."""
+def line_relay(k: int) -> Algorithm:
+    """AllGather on a line 0 - 1 - 2, ``k`` chunks a rank: rank 1 sends its own chunks both ways at step 0,
+    receives the ``k`` of each end at step 0 (one transfer each) and forwards them at step 1."""
     ends = {0: 2, 2: 0}      # an end, and where its chunks go through rank 1
-    transfers = [Transfer(tuple(range(4, 8)), 1, end, 0) for end in ends]
-    transfers += [Transfer((4 * end + j,), end, 1, 0) for end in ends for j in range(4)]
-    transfers += [Transfer((4 * end + j,), 1, far, 1) for end, far in ends.items() for j in range(4)]
-    alg = Algorithm("line", Collective("allgather", 3, 4), tuple(transfers))
-    text = lower(alg)
+    transfers = [Transfer(tuple(range(k, 2 * k)), 1, end, 0) for end in ends]
+    transfers += [Transfer((k * end + j,), end, 1, 0) for end in ends for j in range(k)]
+    transfers += [Transfer((k * end + j,), 1, far, 1) for end, far in ends.items() for j in range(k)]
+    return Algorithm("line", Collective("allgather", 3, k), tuple(transfers))
+
+
+def test_a_relay_that_receives_every_piece_before_forwarding_any_fuses_them_across_where_it_must():
+    """Rank 1's block receiving from 0 and sending to 2 holds: send own, receive 0..k-1, send 0..k-1. No
+    receive is right before its forward, so none fuses; across the receives before them, every forward
+    fuses (its fused step sends ahead of the later receives, all from rank 0). The lowering fuses across
+    only where the steps need more XML nodes than the runtime parses: with 4 chunks a rank the pairs fuse
+    nothing (a block each); with 1200, 4800 receives and forwards on rank 1 would need more than 4096, and
+    fused across, 2400 do not. Both programs replay correctly in both modes."""
+    from autotaccl.formats.msccl.lower.threadblocks import Blocks, Uses, plan_threadblocks
+
+    small = line_relay(4)
+    channels = (0,) * len(small.transfers)
+    for blocks, fused in ((Blocks(), 0), (Blocks(across=True), 8)):
+        assert len(plan_threadblocks(small, channels, Uses.of(small), blocks=blocks).fused_next) == fused
+    text = lower(small)
+    assert check_xml(text, mode="both", seeds=SEEDS).valid
+    assert {s.type for tb in parse_xml(text).gpus[1].tbs for s in tb.steps} == {"s", "r", "cpy"}
+    text = lower(line_relay(1200))
     report = check_xml(text, mode="both", seeds=SEEDS)
     assert report.valid, str(report)
-    relays = sorted((tb.send, tb.recv, [s.type for s in tb.steps]) for tb in parse_xml(text).gpus[1].tbs
-                    if (tb.send, tb.recv) != (-1, -1))      # not the local copy of its own chunks
-    assert relays == [(0, 2, ["s", "rcs", "rcs", "rcs", "rcs"]), (2, 0, ["s", "rcs", "rcs", "rcs", "rcs"])]
+    relay = parse_xml(text).gpus[1]
+    assert 1 + 3 + len(relay.tbs) + sum(len(tb.steps) for tb in relay.tbs) <= 4096
+    assert sum(s.type == "rcs" for tb in relay.tbs for s in tb.steps) == 2400
 
 
 def forwarding_star(ranks: int, channels: int = 32) -> Algorithm:
@@ -220,9 +235,9 @@ def sure_and_program_targets(a: Algorithm, channels, inplace: bool, split_idle: 
     """The blocks ``sure_targets`` counts and those the program's dependencies make targets, for one plan."""
     from autotaccl.formats.msccl.lower.buffers import layout
     from autotaccl.formats.msccl.lower.steps import add_dependencies, build_steps
-    from autotaccl.formats.msccl.lower.threadblocks import Uses, plan_threadblocks, sure_targets
+    from autotaccl.formats.msccl.lower.threadblocks import Blocks, Uses, plan_threadblocks, sure_targets
     uses = Uses.of(a)
-    plan = plan_threadblocks(a, channels, uses, split_idle=split_idle)
+    plan = plan_threadblocks(a, channels, uses, blocks=Blocks(split_idle=split_idle))
     steps = build_steps(a, plan, layout(a, plan, inplace), 71)
     add_dependencies(steps, a.collective.name, a.collective.chunkup, inplace, True)
     return set().union(*sure_targets(a, plan, uses, inplace).values()), {d.tb for st in steps for d in st.deps}

@@ -4,7 +4,8 @@ Pipeline: verify -> replicate instances -> channels -> thread blocks and fusion 
 steps -> dependencies -> numbering (thread blocks, nops) -> runtime limits -> one deterministic replay
 (values, races, deadlock; on a deadlock the stuck send/receive thread blocks are split and the
 plan redone) -> XML text. Where the blocks of the split idle pairs (``threadblocks``) break a limit on
-thread blocks, all of it runs again with the pairs kept.
+thread blocks, all of it runs again with the pairs kept; where the steps need more XML nodes than the
+runtime parses, again with forwards fused across receives (``Blocks.across``).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from .options import LoweringError, LoweringOptions
 from .replicate import lanes, original_chunk, replicate, transfer_lanes
 from .runs import split_runs
 from .steps import StepRec, add_dependencies, build_steps
-from .threadblocks import TbKey, Uses, forward_candidates, plan_threadblocks, sure_targets
+from .threadblocks import Blocks, TbKey, Uses, forward_candidates, plan_threadblocks, sure_targets
 from .xmlwrite import write_xml
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,7 @@ NAME_CHARS = 63     # the legacy runtime keeps 63 characters of the name
 MAX_ATTEMPTS = 8    # re-plans that split deadlocked send/receive thread blocks before splitting all
 #: the limits more thread blocks can break: where splitting the pairs that fuse nothing breaks one, they stay
 BLOCK_LIMITS = ("dependency target thread blocks", "thread blocks per GPU")
+NODES = "XML nodes per rank"    # the limit fusing across receives can meet where fusing next steps cannot
 
 
 def lower(algorithm: Algorithm, options: LoweringOptions | None = None) -> str:
@@ -56,12 +58,12 @@ def lower_program(algorithm: Algorithm, options: LoweringOptions | None = None) 
     expanded, channels = replicate(algorithm, opts.instances)
     channels = spread_channels(expanded, channels, limits.tbs_per_channel_direction, limits.channels, source)
     try:
-        program = _program(expanded, channels, opts, source, algorithm, split_idle=True)
-    except LoweringError as err:     # the blocks of the split pairs are too many: keep the pairs
-        if err.field not in BLOCK_LIMITS:
+        program = _blocks_kept_where_too_many(expanded, channels, opts, source, algorithm, across=False)
+    except LoweringError as err:     # too many steps: fuse forwards across the receives before them
+        if err.field != NODES:
             raise
-        log.info("%s: %s; keeping the thread-block pairs that fuse nothing", source, err)
-        program = _program(expanded, channels, opts, source, algorithm, split_idle=False)
+        log.info("%s: %s; fusing forwards across the receives before them", source, err)
+        program = _blocks_kept_where_too_many(expanded, channels, opts, source, algorithm, across=True)
     coll = expanded.collective
     gpus = program.gpus
     if opts.runtime == "msccl" and opts.max_bytes is None and any(g.s_chunks for g in gpus):
@@ -75,21 +77,34 @@ def lower_program(algorithm: Algorithm, options: LoweringOptions | None = None) 
     return program
 
 
+def _blocks_kept_where_too_many(expanded: Algorithm, channels, opts: LoweringOptions, source: str,
+                                algorithm: Algorithm, across: bool) -> Program:
+    """:func:`_program` with the idle pairs split; where their blocks break a limit on thread blocks,
+    with the pairs kept."""
+    try:
+        return _program(expanded, channels, opts, source, algorithm, Blocks(True, across))
+    except LoweringError as err:
+        if err.field not in BLOCK_LIMITS:
+            raise
+        log.info("%s: %s; keeping the thread-block pairs that fuse nothing", source, err)
+        return _program(expanded, channels, opts, source, algorithm, Blocks(False, across))
+
+
 def _program(expanded: Algorithm, channels, opts: LoweringOptions, source: str, algorithm: Algorithm,
-             split_idle: bool) -> Program:
+             blocks: Blocks) -> Program:
     """The program of ``expanded`` that fits the runtime and replays correctly: thread blocks spread
     over channel copies where they have too many steps, runs of non-contiguous transfers on channels of
-    their own or send/receive pairs split where the replay deadlocks. ``split_idle``: a pair of peers
-    that fuses nothing gets a block each (:func:`~.threadblocks.plan_threadblocks`)."""
+    their own or send/receive pairs split where the replay deadlocks. ``blocks``: which pairs split,
+    which receives fuse (:class:`~.threadblocks.Blocks`)."""
     limits = LIMITS[opts.runtime]
     origin = tuple(range(len(expanded.transfers)))
-    channels, (program, stuck, problem) = _build_fitting(expanded, channels, origin, opts, source, algorithm, split_idle)
+    channels, (program, stuck, problem) = _build_fitting(expanded, channels, origin, opts, source, algorithm, blocks)
     if problem is not None and stuck:
         split = split_runs(expanded, channels, origin, opts.inplace, limits.channels)
         if split is not None:
             log.info("%s: %s; sending the runs of non-contiguous transfers on separate channels", source, problem)
             try:
-                split_program, _, split_problem = _build(*split, frozenset(), opts, source, algorithm, split_idle)
+                split_program, _, split_problem = _build(*split, frozenset(), opts, source, algorithm, blocks)
             except LoweringError as err:       # more channels or steps than the runtime allows
                 log.info("%s: %s", source, err)
                 split_problem = err
@@ -111,12 +126,12 @@ def _program(expanded: Algorithm, channels, opts: LoweringOptions, source: str, 
         attempt += 1
         forbid = None if not pairs or attempt >= MAX_ATTEMPTS else forbid | pairs
         log.info("%s: %s; splitting %d send/receive thread blocks", source, problem, len(pairs))
-        program, stuck, problem = _build(expanded, channels, origin, forbid, opts, source, algorithm, split_idle)
+        program, stuck, problem = _build(expanded, channels, origin, forbid, opts, source, algorithm, blocks)
     return program
 
 
 def _build_fitting(expanded: Algorithm, channels, origin, opts: LoweringOptions, source: str, algorithm: Algorithm,
-                   split_idle: bool):
+                   blocks: Blocks):
     """(channels, _build(...)): if a thread block has more steps than the runtime allows, spread the
     chunks over k channel copies (chunk c on copy c mod k, so a forwarded chunk stays on one channel,
     as NCCL's rings do; c numbered as in the algorithm: an instance's chunks all have one residue modulo
@@ -131,7 +146,7 @@ def _build_fitting(expanded: Algorithm, channels, origin, opts: LoweringOptions,
     while True:
         spread = tuple(ch + (c % k) * base for ch, c in zip(channels, within))
         try:
-            return spread, _build(expanded, spread, origin, frozenset(), opts, source, algorithm, split_idle)
+            return spread, _build(expanded, spread, origin, frozenset(), opts, source, algorithm, blocks)
         except _TooManySteps as err:
             fewest = math.floor(err.ratio) + 1 if k == 1 else k + 1    # ratio > 1: at least 2
             if base * fewest > LIMITS[opts.runtime].channels:
@@ -141,16 +156,17 @@ def _build_fitting(expanded: Algorithm, channels, origin, opts: LoweringOptions,
 
 
 def _build(expanded: Algorithm, channels, origin, forbid, opts: LoweringOptions, source: str, algorithm: Algorithm,
-           split_idle: bool):
+           blocks: Blocks):
     """(program, stuck thread blocks, replay problem) for one thread-block plan."""
     limits = LIMITS[opts.runtime]
     coll = expanded.collective
     uses = Uses.of(expanded)
-    plan = plan_threadblocks(expanded, channels, uses, forbid, split_idle)
+    plan = plan_threadblocks(expanded, channels, uses, forbid, blocks)
+    _check_steps(_planned_steps(plan), coll.ranks, limits, source)
     _check_targets(expanded, plan, uses, limits, source, opts.inplace)
     lay = layout(expanded, plan, opts.inplace)
     steps = build_steps(expanded, plan, lay, limits.max_cnt, origin)
-    _check_steps(steps, coll.ranks, limits, source)
+    _check_steps(Counter(st.tb for st in steps), coll.ranks, limits, source)
     add_dependencies(steps, coll.name, coll.chunkup, opts.inplace, opts.outofplace)
     gpus = _number(steps, coll, lay.scratch, source, limits)
     program = Program(_header(algorithm, coll, gpus, opts), gpus)
@@ -267,7 +283,7 @@ def least_steps(algorithm: Algorithm) -> Counter[int]:
 
 def _too_many_nodes(source: str, limits, where: str, nodes: int, needs: str) -> LoweringError:
     """``where`` needs ``nodes`` XML nodes (``needs`` says how many, and why), more than the runtime parses."""
-    return LoweringError(source, "XML nodes per rank", f"at most {limits.nodes_per_rank}; {where} needs {needs}, "
+    return LoweringError(source, NODES, f"at most {limits.nodes_per_rank}; {where} needs {needs}, "
                                                        f"{nodes - limits.nodes_per_rank} too many")
 
 
@@ -282,13 +298,19 @@ class _TooManySteps(LoweringError):
         self.ratio = count / limit
 
 
-def _check_steps(steps: list[StepRec], ranks: int, limits, source: str) -> None:
-    """Refuse, before the costly dependencies, a plan whose steps alone exceed the XML nodes per rank or
-    the steps per thread block: the ``nop`` steps of the dependencies only add to both
-    (:func:`_check_limits` has the final say)."""
-    per_tb: dict[TbKey, int] = defaultdict(int)
-    for st in steps:
-        per_tb[st.tb] += 1
+def _planned_steps(plan) -> Counter[TbKey]:
+    """Per thread block, the steps its plan's transfers need at least (a receive each, a send each unless
+    fused; runs of non-contiguous chunks and local copies only add to them)."""
+    fused_sends = set(plan.fused_next.values())
+    per_tb: Counter[TbKey] = Counter(plan.recv_tb)
+    per_tb.update(tb for t, tb in enumerate(plan.send_tb) if t not in fused_sends)
+    return per_tb
+
+
+def _check_steps(per_tb: Counter[TbKey], ranks: int, limits, source: str) -> None:
+    """Refuse, before the costly layout or dependencies, a plan whose steps (per thread block) alone exceed
+    the XML nodes per rank or the steps per thread block: the ``nop`` steps of the dependencies only add to
+    both (:func:`_check_limits` has the final say)."""
     nodes: dict[int, int] = defaultdict(lambda: 1 + ranks)
     for key, count in per_tb.items():
         nodes[key[0]] += 1 + count

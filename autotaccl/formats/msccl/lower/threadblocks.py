@@ -6,13 +6,15 @@ A thread block has one send peer and one receive peer on one channel, and a rank
 ``q`` that forwards most of what arrives from ``p`` (a ring gets one ``send=r+1 recv=r-1`` block);
 unpaired peers get a block of their own, and so do the peers of a pair whose order fuses nothing (its
 block would hold every receive behind the sends before it and back, where two blocks overlap them),
-unless the runtime has too few blocks for that (``split_idle``). A receive is fused with the send of its
-thread block that forwards exactly the chunks just received, nothing touching them in between, where no
-other send of that block comes between the two: the fused step then sends ahead of the block's receives
-in between (other chunks, from its one receive peer), so every connection keeps its order. A ring fuses
-step by step; a rank that receives many roots' pieces in one step and forwards them in the next fuses
-them all (DGX-H100 x8 ReduceScatter at 1 GiB, fanned rails in 16 pieces under x2: 3289 XML nodes on the
-busiest rank, where fusing only a receive and a send next to each other left more than 4153).
+unless the runtime has too few blocks for that (``Blocks.split_idle``). A receive is fused with the next
+step of its thread block when that step sends exactly the chunks just received and nothing touched them
+in between; with ``Blocks.across``, also with such a send further on, where no other send of the block
+comes between the two: the fused step then sends ahead of the block's receives in between (other chunks,
+from its one receive peer), so every connection keeps its order. A ring fuses step by step either way; a
+rank that receives many roots' pieces in one step and forwards them in the next fuses them only across
+(DGX-H100 x8 ReduceScatter at 1 GiB, fanned rails in 16 pieces under x2: 3289 XML nodes on the busiest
+rank, more than 4153 without). Across, a fused step's wait for its other operands can close a cycle with
+a receive it jumped (a reduction in binomial trees), which the replay finds as a deadlock.
 """
 from __future__ import annotations
 
@@ -90,6 +92,15 @@ def event_order(algorithm: Algorithm, sequential: bool = False) -> list[tuple[in
 
 
 @dataclass(frozen=True)
+class Blocks:
+    """How thread blocks are planned: ``split_idle``, the peers of a pair that fuses nothing get a block
+    each (False: fewer blocks, where the runtime has too few); ``across``, a receive also fuses with its
+    forward across the block's receives before it (fewer steps, where the runtime parses too few)."""
+    split_idle: bool = True
+    across: bool = False
+
+
+@dataclass(frozen=True)
 class Plan:
     send_tb: tuple[TbKey, ...]       # per transfer, its sending thread block
     recv_tb: tuple[TbKey, ...]       # per transfer, its receiving thread block
@@ -118,11 +129,10 @@ def forward_candidates(algorithm: Algorithm, channels: tuple[int, ...], uses: Us
 
 def plan_threadblocks(algorithm: Algorithm, channels: tuple[int, ...], uses: Uses,
                       forbid: frozenset[tuple[int, int, int, int]] | None = frozenset(),
-                      split_idle: bool = True) -> Plan:
+                      blocks: Blocks = Blocks()) -> Plan:
     """``forbid``: (rank, channel, receive peer, send peer) pairs that must not share a thread block
     (None: no pairs at all; then every block only sends or only receives, nothing is fused and events run
-    in program order, which cannot deadlock). ``split_idle``: the peers of a pair that fuses nothing get a
-    block each (False: fewer blocks, where the runtime has too few)."""
+    in program order, which cannot deadlock). ``blocks``: which pairs split, which receives fuse."""
     transfers = algorithm.transfers
     coll = algorithm.collective
     sequential = forbid is None
@@ -147,10 +157,10 @@ def plan_threadblocks(algorithm: Algorithm, channels: tuple[int, ...], uses: Use
             send_key.setdefault((rank, q, chan), (rank, q, -1, chan))
     send_tb, recv_tb = _blocks(transfers, channels, send_key, recv_key)
     order = tuple(event_order(algorithm, sequential))
-    fused = _fusions(order, send_tb, recv_tb, cand)
+    fused = _fusions(order, send_tb, recv_tb, cand, blocks.across)
     # a pair that fuses nothing would only hold its receives behind its sends and back: split it
     idle = {k for k in recv_key.values() if k[1] >= 0} - {recv_tb[t] for t in fused}
-    if idle and split_idle:
+    if idle and blocks.split_idle:
         for rank, q, p, chan in idle:
             recv_key[(rank, p, chan)], send_key[(rank, q, chan)] = (rank, -1, p, chan), (rank, q, -1, chan)
         send_tb, recv_tb = _blocks(transfers, channels, send_key, recv_key)
@@ -169,10 +179,10 @@ def _blocks(transfers, channels, send_key: dict, recv_key: dict) -> tuple[tuple[
             tuple(recv_key[(tr.dst, tr.src, channels[t])] for t, tr in enumerate(transfers)))
 
 
-def _fusions(order: list[tuple[int, str]], send_tb, recv_tb, cand: dict[int, int]) -> dict[int, int]:
-    """t1 -> t2 for each fusion candidate whose send comes, in its thread block, after its receive with no
-    other send between them (as fused: a fused step sends where it receives). The fused step sends ahead
-    of the block's receives in between, all from its one receive peer: every connection keeps its order."""
+def _fusions(order: list[tuple[int, str]], send_tb, recv_tb, cand: dict[int, int], across: bool) -> dict[int, int]:
+    """t1 -> t2 for each fusion candidate whose send comes, in its thread block, right after its receive
+    (``across``: after it with no other send between them, as fused: a fused step sends where it receives;
+    it sends ahead of the block's receives in between, all from its one receive peer)."""
     events = defaultdict(list)
     for t, kind in order:
         events[send_tb[t] if kind == "send" else recv_tb[t]].append((t, kind))
@@ -182,6 +192,8 @@ def _fusions(order: list[tuple[int, str]], send_tb, recv_tb, cand: dict[int, int
         since = 0                                   # the first place after the block's last send (as fused)
         for i, (t, kind) in enumerate(evs):
             if kind == "recv":
+                if not across:
+                    waiting.clear()
                 if t in cand:
                     waiting[cand[t]] = (t, i)
                 continue
