@@ -284,7 +284,7 @@ def least_steps(algorithm: Algorithm) -> Counter[int]:
 def _too_many_nodes(source: str, limits, where: str, nodes: int, needs: str) -> LoweringError:
     """``where`` needs ``nodes`` XML nodes (``needs`` says how many, and why), more than the runtime parses."""
     return LoweringError(source, NODES, f"at most {limits.nodes_per_rank}; {where} needs {needs}, "
-                                                       f"{nodes - limits.nodes_per_rank} too many")
+                                        f"{nodes - limits.nodes_per_rank} too many")
 
 
 class _TooManySteps(LoweringError):
