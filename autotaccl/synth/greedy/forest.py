@@ -141,12 +141,12 @@ def sliced_rails(lt: LogicalTopology) -> Iterator[Algorithm]:
     load is the start, when the NICs wait for the first in-node sums, and the end, when the root's node
     sums the last piece to arrive; both shrink with the pieces at the ends: from ``TAPER_FROM`` pieces on
     a ReduceScatter's are tapered (:func:`piece_sizes`, as many transfers, so as many XML nodes). At 1 GiB
-    on two DGX-A100 in 32 pieces under x4, 98.0% of the attainable bound instead of 95.3%; DGX-A100 x4 in
-    16 under x3 95.1% instead of 92.4%; not in 12 on DGX-H100 x8 (91.7% instead of 93.4%: its middle pieces
-    then exceed a slice), nor for an AllReduce (DGX-A100 x4: 96.4% instead of 97.3%). An AllReduce's pieces
-    across more than two nodes are listed by dependency depth instead of local first: on DGX-H100 x8 in 6
-    pieces under x2 98.5% instead of 96.4% (on four DGX-A100 97.2% and 97.3%; on two nodes local first wins,
-    two DGX-H100 under x8 99.0% against 96.6%).
+    on two DGX-A100 in 32 pieces under x4, 98.0% of the attainable bound instead of 95.3%; not in 12 on
+    DGX-H100 x8 (fanned, 93.5% instead of 94.4%: its middle pieces then exceed a slice), nor for an
+    AllReduce (DGX-A100 x4: 96.4% instead of 97.3%). An AllReduce's pieces across more than two nodes are
+    listed by dependency depth instead of local first: on DGX-H100 x8 in 6 pieces under x2 98.5% instead of
+    96.4% (on four DGX-A100 97.2% and 97.3%; on two nodes local first wins, two DGX-H100 under x8 99.0%
+    against 96.6%).
 
     A ReduceScatter's across three to ``MAX_SHALLOW_NODES`` nodes are fanned here too (each other node's part
     crosses once, where a chain across ``n`` nodes takes ``n - 1`` hops that drain node by node at the end).
@@ -185,13 +185,14 @@ def sliced_rails(lt: LogicalTopology) -> Iterator[Algorithm]:
     # plain rails; larger, a ReduceScatter's fanned only, its pieces also five sixths of the most
     fans = nodes > 2 and _few_nodes(lt)
     scattered = coll.name == "reducescatter" and order == "local first"
-    counts = [pieces, pieces * 5 // 6] if scattered else [pieces]
-    counts += [pieces >> k for k in range(1, pieces.bit_length())]
+    counts = {pieces >> k for k in range(pieces.bit_length() - 1)}     # halved down to 2 or 3
+    if scattered:
+        counts.add(max(2, pieces * 5 // 6))
     for fanned in (True, False) if fans and one_slice else (True,) if fans and scattered else (False,):
         _, packs, _ = _rail_packs(lt, fanned)
         if not one_slice:
             packs = _spilled(lt, halves, packs) or packs
-        for n in sorted({n for n in counts if n >= 2}, reverse=True):
+        for n in sorted(counts, reverse=True):
             algorithm = _schedule(lt, packs, "rails", pieces=n, nchannels=SLICED_CHANNELS, order=order,
                                   tapered=scattered and n >= TAPER_FROM)
             yield list(orders(lt, algorithm))[-1] if fanned else algorithm
@@ -207,7 +208,7 @@ def _spilled(lt: LogicalTopology, halves: tuple[bool, ...], packs: list[Packing]
 
 def _rail_packs(lt: LogicalTopology, fanned: bool = False) -> tuple[tuple[bool, ...], list[Packing], bool]:
     """The halves of ``lt``'s collective, the rail trees of each (:func:`rail_schedules` says which; with
-    ``fanned``, where they can be shallow, a reduction's fanned and an AllReduce's AllGather half shallow),
+    ``fanned``, a reduction's fanned, and where they can be shallow an AllReduce's AllGather half shallow),
     and whether a root's data is one slice."""
     halves = _halves(lt)
     ranks, gpn = lt.collective.ranks, lt.graph.graph["gpus_per_node"]

@@ -57,13 +57,14 @@ def lower_program(algorithm: Algorithm, options: LoweringOptions | None = None) 
                             f"{links * opts.instances - limits.channels} too many")
     expanded, channels = replicate(algorithm, opts.instances)
     channels = spread_channels(expanded, channels, limits.tbs_per_channel_direction, limits.channels, source)
+    uses = Uses.of(expanded)      # every plan of the expanded algorithm reads it
     try:
-        program = _blocks_kept_where_too_many(expanded, channels, opts, source, algorithm, across=False)
+        program = _blocks_kept_where_too_many(expanded, uses, channels, opts, source, algorithm, across=False)
     except LoweringError as err:     # too many steps: fuse forwards across the receives before them
         if err.field != NODES:
             raise
         log.info("%s: %s; fusing forwards across the receives before them", source, err)
-        program = _blocks_kept_where_too_many(expanded, channels, opts, source, algorithm, across=True)
+        program = _blocks_kept_where_too_many(expanded, uses, channels, opts, source, algorithm, across=True)
     coll = expanded.collective
     gpus = program.gpus
     if opts.runtime == "msccl" and opts.max_bytes is None and any(g.s_chunks for g in gpus):
@@ -77,20 +78,20 @@ def lower_program(algorithm: Algorithm, options: LoweringOptions | None = None) 
     return program
 
 
-def _blocks_kept_where_too_many(expanded: Algorithm, channels, opts: LoweringOptions, source: str,
+def _blocks_kept_where_too_many(expanded: Algorithm, uses: Uses, channels, opts: LoweringOptions, source: str,
                                 algorithm: Algorithm, across: bool) -> Program:
     """:func:`_program` with the idle pairs split; where their blocks break a limit on thread blocks,
     with the pairs kept."""
     try:
-        return _program(expanded, channels, opts, source, algorithm, Blocks(True, across))
+        return _program(expanded, uses, channels, opts, source, algorithm, Blocks(True, across))
     except LoweringError as err:
         if err.field not in BLOCK_LIMITS:
             raise
         log.info("%s: %s; keeping the thread-block pairs that fuse nothing", source, err)
-        return _program(expanded, channels, opts, source, algorithm, Blocks(False, across))
+        return _program(expanded, uses, channels, opts, source, algorithm, Blocks(False, across))
 
 
-def _program(expanded: Algorithm, channels, opts: LoweringOptions, source: str, algorithm: Algorithm,
+def _program(expanded: Algorithm, uses: Uses, channels, opts: LoweringOptions, source: str, algorithm: Algorithm,
              blocks: Blocks) -> Program:
     """The program of ``expanded`` that fits the runtime and replays correctly: thread blocks spread
     over channel copies where they have too many steps, runs of non-contiguous transfers on channels of
@@ -98,13 +99,16 @@ def _program(expanded: Algorithm, channels, opts: LoweringOptions, source: str, 
     which receives fuse (:class:`~.threadblocks.Blocks`)."""
     limits = LIMITS[opts.runtime]
     origin = tuple(range(len(expanded.transfers)))
-    channels, (program, stuck, problem) = _build_fitting(expanded, channels, origin, opts, source, algorithm, blocks)
+    channels, (program, stuck, problem) = _build_fitting(expanded, uses, channels, origin, opts, source, algorithm,
+                                                         blocks)
     if problem is not None and stuck:
         split = split_runs(expanded, channels, origin, opts.inplace, limits.channels)
         if split is not None:
             log.info("%s: %s; sending the runs of non-contiguous transfers on separate channels", source, problem)
+            split_algorithm, split_channels, split_origin = split
             try:
-                split_program, _, split_problem = _build(*split, frozenset(), opts, source, algorithm, blocks)
+                split_program, _, split_problem = _build(split_algorithm, Uses.of(split_algorithm), split_channels,
+                                                         split_origin, frozenset(), opts, source, algorithm, blocks)
             except LoweringError as err:       # more channels or steps than the runtime allows
                 log.info("%s: %s", source, err)
                 split_problem = err
@@ -126,12 +130,12 @@ def _program(expanded: Algorithm, channels, opts: LoweringOptions, source: str, 
         attempt += 1
         forbid = None if not pairs or attempt >= MAX_ATTEMPTS else forbid | pairs
         log.info("%s: %s; splitting %d send/receive thread blocks", source, problem, len(pairs))
-        program, stuck, problem = _build(expanded, channels, origin, forbid, opts, source, algorithm, blocks)
+        program, stuck, problem = _build(expanded, uses, channels, origin, forbid, opts, source, algorithm, blocks)
     return program
 
 
-def _build_fitting(expanded: Algorithm, channels, origin, opts: LoweringOptions, source: str, algorithm: Algorithm,
-                   blocks: Blocks):
+def _build_fitting(expanded: Algorithm, uses: Uses, channels, origin, opts: LoweringOptions, source: str,
+                   algorithm: Algorithm, blocks: Blocks):
     """(channels, _build(...)): if a thread block has more steps than the runtime allows, spread the
     chunks over k channel copies (chunk c on copy c mod k, so a forwarded chunk stays on one channel,
     as NCCL's rings do; c numbered as in the algorithm: an instance's chunks all have one residue modulo
@@ -146,7 +150,7 @@ def _build_fitting(expanded: Algorithm, channels, origin, opts: LoweringOptions,
     while True:
         spread = tuple(ch + (c % k) * base for ch, c in zip(channels, within))
         try:
-            return spread, _build(expanded, spread, origin, frozenset(), opts, source, algorithm, blocks)
+            return spread, _build(expanded, uses, spread, origin, frozenset(), opts, source, algorithm, blocks)
         except _TooManySteps as err:
             fewest = math.floor(err.ratio) + 1 if k == 1 else k + 1    # ratio > 1: at least 2
             if base * fewest > LIMITS[opts.runtime].channels:
@@ -155,12 +159,11 @@ def _build_fitting(expanded: Algorithm, channels, origin, opts: LoweringOptions,
             k = fewest
 
 
-def _build(expanded: Algorithm, channels, origin, forbid, opts: LoweringOptions, source: str, algorithm: Algorithm,
-           blocks: Blocks):
-    """(program, stuck thread blocks, replay problem) for one thread-block plan."""
+def _build(expanded: Algorithm, uses: Uses, channels, origin, forbid, opts: LoweringOptions, source: str,
+           algorithm: Algorithm, blocks: Blocks):
+    """(program, stuck thread blocks, replay problem) for one thread-block plan (``uses``: ``expanded``'s)."""
     limits = LIMITS[opts.runtime]
     coll = expanded.collective
-    uses = Uses.of(expanded)
     plan = plan_threadblocks(expanded, channels, uses, forbid, blocks)
     _check_steps(_planned_steps(plan), coll.ranks, limits, source)
     _check_targets(expanded, plan, uses, limits, source, opts.inplace)

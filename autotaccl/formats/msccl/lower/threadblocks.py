@@ -181,8 +181,7 @@ def _blocks(transfers, channels, send_key: dict, recv_key: dict) -> tuple[tuple[
 
 def _fusions(order: list[tuple[int, str]], send_tb, recv_tb, cand: dict[int, int], across: bool) -> dict[int, int]:
     """t1 -> t2 for each fusion candidate whose send comes, in its thread block, right after its receive
-    (``across``: after it with no other send between them, as fused: a fused step sends where it receives;
-    it sends ahead of the block's receives in between, all from its one receive peer)."""
+    (``across``: after it with no other send between them, as fused; :class:`Blocks`)."""
     events = defaultdict(list)
     for t, kind in order:
         events[send_tb[t] if kind == "send" else recv_tb[t]].append((t, kind))
