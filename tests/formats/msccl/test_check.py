@@ -261,3 +261,14 @@ def test_negative_dependency_other_than_minus_one_is_rejected():
     prog = program("ar_2gpu.xml")
     report = check(edit_step(prog, 0, 0, 0, depid=-3))
     assert not report.valid and "depid=-3" in report.first.message
+
+
+def test_with_both_modes_a_race_out_of_place_is_found_in_place():
+    """Out of place checks values alone where in-place also runs (``races_in``): the missing dependency's
+    race on o[0] must still be reported, by the in-place replay, where o[0] is i[0]."""
+    from autotaccl.formats.msccl.check.replay import races_in
+    assert not races_in("outofplace", ("inplace", "outofplace")) and races_in("outofplace", ("outofplace",))
+    racy = edit_step(program("ar_2gpu.xml"), 0, 0, 1, depid=-1, deps=-1)
+    assert check(racy, mode="outofplace").first.message.startswith("race on o[0]")
+    report = check(racy, mode="both")
+    assert not report.valid and report.first.mode == "inplace" and "race on i[0]" in report.first.message

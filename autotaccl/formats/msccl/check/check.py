@@ -8,7 +8,7 @@ from typing import Literal, get_args
 from ....errors import ParameterError
 from ..program import COLL_ACCEPTED, HEADER_REQUIRED, RUNTIMES, Program
 from .parse import read_xml
-from .replay import MAX_RACE_TBS, Replay
+from .replay import MAX_RACE_TBS, Replay, races_in
 from .report import CheckReport, Problem
 from .static import collective_of, static_problems
 
@@ -75,7 +75,7 @@ def check_program(program: Program, source: str = "<program>", runtime: str = "a
                                 f"values are checked over {seeds + 1} interleavings"))
     for m in modes:
         replay = Replay(program, coll, m)
-        problem = replay.run(None)
+        problem = replay.run(None, races=races_in(m, modes))
         for k in range(seeds):
             if problem is not None:
                 break

@@ -78,6 +78,13 @@ def fold(tb) -> list[Op]:
     return ops
 
 
+def races_in(mode: str, modes) -> bool:
+    """Whether the replay of ``mode`` looks for races when every mode of ``modes`` is replayed. Both modes
+    run one program (one happens-before) and in-place aliasing only merges cells, so a race out of place
+    is also one in place: where in-place runs, out-of-place checks values alone."""
+    return mode == "inplace" or "inplace" not in modes
+
+
 def describe(value: tuple) -> str:
     if not value:
         return "nothing"
@@ -98,14 +105,30 @@ class Replay:
         self.tbs = [(g.id, tb) for g in program.gpus for tb in g.tbs]
         self.gid = {(r, tb.id): k for k, (r, tb) in enumerate(self.tbs)}
         self.ops = [fold(tb) for _, tb in self.tbs]
+        self._shift = {(r, buf): self._aliased(r, buf) for r in range(self.n) for buf in _NAMES}
+        self.waits = [[tuple((self.gid[(r, depid)], deps) for depid, deps in op.deps) for op in ops]
+                      for (r, _), ops in zip(self.tbs, self.ops)]
         self.stuck: tuple[tuple[int, int], ...] = ()   # (rank, tb) left unfinished by the last deadlock
 
     # ------------------------------------------------------------------ memory model
+    def _aliased(self, rank: int, buf: str) -> tuple[int, int]:
+        """(buffer, offset shift) of ``rank``'s ``buf`` after §1.6 aliasing in in-place mode."""
+        if self.mode == "inplace":
+            buf, shift = inplace_cell(self.coll, self.B, rank, buf, 0)
+            return _BUF[buf], shift
+        return _BUF[buf], 0
+
     def canon(self, rank: int, buf: str, off: int) -> tuple[int, int, int]:
         """The memory cell ``buf[off]`` of ``rank`` names, after §1.6 aliasing in in-place mode."""
-        if self.mode == "inplace":
-            buf, off = inplace_cell(self.coll, self.B, rank, buf, off)
-        return rank, _BUF[buf], off
+        b, shift = self._shift[(rank, buf)]
+        return rank, b, off + shift
+
+    def _cells(self, rank: int, op: Op) -> tuple[list, list]:
+        """(source cells, destination cells) ``op`` of ``rank`` reads and writes (a fused ``re``: every source)."""
+        b, shift = self._shift[(rank, op.srcbuf)]
+        src = [(rank, b, off + shift + j) for off in op.srcoffs for j in range(op.cnt)]
+        b, shift = self._shift[(rank, op.dstbuf)]
+        return src, [(rank, b, op.dstoff + shift + j) for j in range(op.cnt)]
 
     def initial(self) -> dict:
         mem = {}
@@ -159,11 +182,10 @@ class Replay:
         def blocked(g: int) -> str | None:
             r, tb = self.tbs[g]
             op = self.ops[g][pc[g]]
-            for depid, deps in op.deps:
-                h = self.gid[(r, depid)]
+            for h, deps in self.waits[g][pc[g]]:
                 if flag[h] < deps:
                     waiting.setdefault(h, set()).add(g)
-                    return f"waits for tb {depid} to publish step {deps} (it published {flag[h]})"
+                    return f"waits for tb {self.tbs[h][1].id} to publish step {deps} (it published {flag[h]})"
             if op.kind in _RECV:
                 q = fifo.get((tb.recv, r, tb.chan))
                 if not q:
@@ -216,8 +238,7 @@ class Replay:
             op = self.ops[g][pc[g]]
             if races:
                 mine = vc[g]
-                for depid, deps in op.deps:
-                    h = self.gid[(r, depid)]
+                for h, deps in self.waits[g][pc[g]]:
                     np.maximum(mine, pub_vc[h][bisect.bisect_left(pubs[h], deps)], out=mine)
             incoming = None
             if op.kind in _RECV:
@@ -230,8 +251,7 @@ class Replay:
             if races:
                 mine[g] += 1
             cnt = op.cnt
-            src = [self.canon(r, op.srcbuf, off + j) for off in op.srcoffs for j in range(cnt)]
-            dst = [self.canon(r, op.dstbuf, op.dstoff + j) for j in range(cnt)]
+            src, dst = self._cells(r, op)
             out = None
             kind = op.kind
             if kind == "s":

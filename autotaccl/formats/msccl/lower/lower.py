@@ -179,15 +179,15 @@ def _build(expanded: Algorithm, uses: Uses, channels, origin, forbid, opts: Lowe
 
 
 def _replay(program: Program, coll_name: str, opts: LoweringOptions):
-    """(stuck thread blocks, first problem) of one deterministic replay (values and races) per enabled
-    buffer mode; (), None if the program is correct."""
-    from ..check.replay import Replay
-    for mode, on in (("outofplace", opts.outofplace), ("inplace", opts.inplace)):
-        if on:
-            replay = Replay(program, coll_name, mode)
-            problem = replay.run(None)
-            if problem is not None:
-                return replay.stuck, problem
+    """(stuck thread blocks, first problem) of one deterministic replay per enabled buffer mode (values,
+    and races where :func:`races_in` says); (), None if the program is correct."""
+    from ..check.replay import Replay, races_in
+    modes = [mode for mode, on in (("outofplace", opts.outofplace), ("inplace", opts.inplace)) if on]
+    for mode in modes:
+        replay = Replay(program, coll_name, mode)
+        problem = replay.run(None, races=races_in(mode, modes))
+        if problem is not None:
+            return replay.stuck, problem
     return (), None
 
 
