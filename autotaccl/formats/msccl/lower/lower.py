@@ -274,7 +274,7 @@ def least_steps(algorithm: Algorithm) -> Counter[int]:
     for t in transfers:
         steps.update((t.src, t.dst))
     forwards: Counter[tuple[int, int, int, int]] = Counter()     # (rank, lane, from, to)
-    for t1, t2 in forward_candidates(algorithm, lane, Uses.of(algorithm)).items():
+    for t1, t2 in forward_candidates(lane, Uses.of(algorithm)).items():
         forwards[transfers[t1].dst, lane[t1], transfers[t1].src, transfers[t2].dst] += 1
     fusable: dict[tuple[int, int, int], int] = {}                # (rank, lane, from): to its busiest peer
     for (rank, ln, p, _), count in forwards.items():

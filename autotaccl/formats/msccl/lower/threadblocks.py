@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from functools import cached_property
 
 from ....model.algorithm import Algorithm
 from ..program import inplace_cell
@@ -31,7 +32,10 @@ TbKey = tuple[int, int, int, int]
 
 @dataclass(frozen=True)
 class Uses:
-    """Per (rank, chunk), the transfers touching it in program order: (index, "send"|"copy"|"reduce")."""
+    """Per (rank, chunk) of ``algorithm``, the transfers touching it in program order: (index,
+    "send"|"copy"|"reduce"); and, computed once for every plan of the algorithm, the order its events run
+    in and its forwards whatever the channels."""
+    algorithm: Algorithm
     events: dict[tuple[int, int], list[tuple[int, str]]]
 
     @classmethod
@@ -41,12 +45,32 @@ class Uses:
             for c in tr.chunks:
                 events[(tr.src, c)].append((t, "send"))
                 events[(tr.dst, c)].append((t, tr.op))
-        return cls(dict(events))
+        return cls(algorithm, dict(events))
 
     def next(self, rank: int, chunk: int, after: int) -> tuple[int, str] | None:
         ev = self.events.get((rank, chunk), [])
         k = bisect.bisect_right(ev, (after, "~"))
         return ev[k] if k < len(ev) else None
+
+    @cached_property
+    def order(self) -> tuple[tuple[int, str], ...]:
+        """:func:`event_order` of the algorithm."""
+        return tuple(event_order(self.algorithm))
+
+    @cached_property
+    def forwards(self) -> dict[int, int]:
+        """t1 -> t2 where t2 forwards, from t1's destination, exactly t1's chunks, and those chunks are
+        untouched on that rank between t1 and t2."""
+        out = {}
+        transfers = self.algorithm.transfers
+        for t1, tr in enumerate(transfers):
+            nxt = {self.next(tr.dst, c, t1) for c in tr.chunks}
+            if len(nxt) != 1:
+                continue
+            (ev,) = nxt
+            if ev is not None and ev[1] == "send" and set(transfers[ev[0]].chunks) == set(tr.chunks):
+                out[t1] = ev[0]
+        return out
 
 
 def event_times(algorithm: Algorithm) -> tuple[tuple[int, int], ...]:
@@ -109,22 +133,9 @@ class Plan:
     order: tuple[tuple[int, str], ...]   # every (transfer, "send"|"recv") as the program runs them (event_order)
 
 
-def forward_candidates(algorithm: Algorithm, channels: tuple[int, ...], uses: Uses) -> dict[int, int]:
-    """t1 -> t2 where t2 forwards, from t1's destination on t1's channel, exactly t1's chunks, and those
-    chunks are untouched on that rank between t1 and t2."""
-    out = {}
-    transfers = algorithm.transfers
-    for t1, tr in enumerate(transfers):
-        nxt = {uses.next(tr.dst, c, t1) for c in tr.chunks}
-        if len(nxt) != 1:
-            continue
-        (ev,) = nxt
-        if ev is None or ev[1] != "send":
-            continue
-        t2 = ev[0]
-        if set(transfers[t2].chunks) == set(tr.chunks) and channels[t2] == channels[t1]:
-            out[t1] = t2
-    return out
+def forward_candidates(channels: tuple[int, ...], uses: Uses) -> dict[int, int]:
+    """The forwards of ``uses`` (t1 -> t2) on one channel."""
+    return {t1: t2 for t1, t2 in uses.forwards.items() if channels[t1] == channels[t2]}
 
 
 def plan_threadblocks(algorithm: Algorithm, channels: tuple[int, ...], uses: Uses,
@@ -136,7 +147,7 @@ def plan_threadblocks(algorithm: Algorithm, channels: tuple[int, ...], uses: Use
     transfers = algorithm.transfers
     coll = algorithm.collective
     sequential = forbid is None
-    cand = forward_candidates(algorithm, channels, uses) if not sequential else {}
+    cand = forward_candidates(channels, uses) if not sequential else {}
     forbid = forbid or frozenset()
     peers = defaultdict(lambda: (set(), set()))       # (rank, chan) -> (recv peers, send peers)
     for t, tr in enumerate(transfers):
@@ -156,7 +167,7 @@ def plan_threadblocks(algorithm: Algorithm, channels: tuple[int, ...], uses: Use
         for q in sorted(sends):
             send_key.setdefault((rank, q, chan), (rank, q, -1, chan))
     send_tb, recv_tb = _blocks(transfers, channels, send_key, recv_key)
-    order = tuple(event_order(algorithm, sequential))
+    order = tuple(event_order(algorithm, sequential)) if sequential else uses.order
     fused = _fusions(order, send_tb, recv_tb, cand, blocks.across)
     # a pair that fuses nothing would only hold its receives behind its sends and back: split it
     idle = {k for k in recv_key.values() if k[1] >= 0} - {recv_tb[t] for t in fused}
