@@ -317,3 +317,17 @@ def test_cli_xml_runtimes_take_no_hardware(tmp_path, capsys):
     assert main(["lower", str(src), "-o", str(tmp_path / "a.xml"), "--hardware", "ndv2"]) == 2
     assert "only with --runtime mscclpp" in capsys.readouterr().err
     assert main(["lower", str(src), "-o", str(tmp_path / "a.xml")]) == 0
+
+
+def test_final_copies_too_many_for_one_block_on_every_rank_are_split_once_per_round():
+    """Greedy's AllReduce on two DGX-H100 has more final copies per rank than one thread block runs. The
+    split count used to grow once per over-long block, not once per round (16 ranks: the count multiplied
+    16 times), so out of place needed 115 thread blocks (refused, 80 resident) and in place ran for
+    minutes. Split once per round, both modes fit."""
+    from autotaccl.synth import SynthOptions, synthesize
+    graph = build_topology(load_hardware("dgx-h100"), 2)
+    a = synthesize(graph, "allreduce", None, SynthOptions(engine="greedy")).algorithm
+    for inplace in (False, True):
+        stats = plan_stats(lower_plan(a, graph, PlanOptions(inplace=inplace)))
+        assert stats["max_threadblocks_per_rank"] <= MAX_RESIDENT_TBS
+        assert stats["max_operations_per_threadblock"] <= MAX_OPERATIONS

@@ -63,15 +63,17 @@ def lower_plan(algorithm: Algorithm, graph: nx.DiGraph, options: PlanOptions | N
         sched = schedule(expanded, lay, flows, kinds, opts.inplace, final_parts)
         plan, owner = render(expanded, lay, sched, flows, opts.proto, opts.inplace, name, opts.min_bytes, max_bytes,
                              meta)
+        _check_resident(plan, source)      # splitting only adds thread blocks: refuse before it
         over = [(g.id, tb.id, tb.num_operations) for g in plan.gpus for tb in g.threadblocks
                 if tb.num_operations > MAX_OPERATIONS]
         if not over:
             break
         grow: dict[tuple, int] = {}
+        finals = final_parts
         for rank, tb, n in over:
             key = owner[(rank, tb)]
-            if key[0] == "local":
-                final_parts = max(final_parts + 1, math.ceil(final_parts * n / (MAX_OPERATIONS - 4)))
+            if key[0] == "local":     # the most any rank's final copies need, from this round's parts
+                finals = max(finals, final_parts + 1, math.ceil(final_parts * n / (MAX_OPERATIONS - 4)))
                 continue
             for flow in (f[:4] for f in key[1:]):           # a pair block holds two flows
                 want = max(parts[flow] + 1, math.ceil(parts[flow] * n / (MAX_OPERATIONS - 4)))
@@ -82,17 +84,12 @@ def lower_plan(algorithm: Algorithm, graph: nx.DiGraph, options: PlanOptions | N
                                     f"at most {MAX_OPERATIONS}; one transfer from rank {flow[0]} to rank {flow[1]} "
                                     f"needs more (it has too many separate runs of chunks)")
             parts[flow] = min(want, len(members[flow]))
+        final_parts = finals
         log.info("%s: %d thread block(s) over %d operations; splitting their flows", source, len(over),
                  MAX_OPERATIONS)
     else:
         raise LoweringError(source, "operations per thread block", f"at most {MAX_OPERATIONS} after "
                             f"{MAX_ROUNDS} rounds of splitting")
-    for g in plan.gpus:
-        if len(g.threadblocks) > MAX_RESIDENT_TBS:
-            raise LoweringError(source, "thread blocks per GPU",
-                                f"at most {MAX_RESIDENT_TBS} (all must be resident at once, one per SM of a V100); "
-                                f"rank {g.id} needs {len(g.threadblocks)}, {len(g.threadblocks) - MAX_RESIDENT_TBS} "
-                                "too many (use fewer instances, or an algorithm with fewer peers per rank)")
     report = check_plan(plan, source, "plan")
     if not report.valid:
         raise LoweringError(source, "lowering", f"a plan that replays correctly (a lowering bug): {report.first}")
@@ -129,3 +126,13 @@ def _flows(base, members, parts) -> tuple[Flow, ...]:
 def plan_text(plan: Plan) -> str:
     """The plan's JSON text, as the executor reads it."""
     return json.dumps(to_json(plan), indent=1) + "\n"
+
+
+def _check_resident(plan, source: str) -> None:
+    """Refuse a plan with more thread blocks on a GPU than can be resident at once."""
+    for g in plan.gpus:
+        if len(g.threadblocks) > MAX_RESIDENT_TBS:
+            raise LoweringError(source, "thread blocks per GPU",
+                                f"at most {MAX_RESIDENT_TBS} (all must be resident at once, one per SM of a V100); "
+                                f"rank {g.id} needs {len(g.threadblocks)}, {len(g.threadblocks) - MAX_RESIDENT_TBS} "
+                                "too many (use fewer instances, or an algorithm with fewer peers per rank)")
