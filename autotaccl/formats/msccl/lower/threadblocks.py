@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from ....model.algorithm import Algorithm
@@ -35,7 +35,7 @@ class Uses:
     """Per (rank, chunk) of ``algorithm``, the transfers touching it in program order: (index,
     "send"|"copy"|"reduce"); and, computed once for every plan of the algorithm, the order its events run
     in and its forwards whatever the channels."""
-    algorithm: Algorithm
+    algorithm: Algorithm = field(repr=False, compare=False)      # what order and forwards read
     events: dict[tuple[int, int], list[tuple[int, str]]]
 
     @classmethod
@@ -167,7 +167,7 @@ def plan_threadblocks(algorithm: Algorithm, channels: tuple[int, ...], uses: Use
         for q in sorted(sends):
             send_key.setdefault((rank, q, chan), (rank, q, -1, chan))
     send_tb, recv_tb = _blocks(transfers, channels, send_key, recv_key)
-    order = tuple(event_order(algorithm, sequential)) if sequential else uses.order
+    order = tuple(event_order(algorithm, sequential=True)) if sequential else uses.order
     fused = _fusions(order, send_tb, recv_tb, cand, blocks.across)
     # a pair that fuses nothing would only hold its receives behind its sends and back: split it
     idle = {k for k in recv_key.values() if k[1] >= 0} - {recv_tb[t] for t in fused}
