@@ -148,6 +148,46 @@ def test_no_two_components_import_each_other():
     assert cycles == []
 
 
+def module_cycles(planted: dict[Path, str] | None = None) -> list[list[str]]:
+    """Circles of modules (files) importing each other, ``TYPE_CHECKING`` imports included; a package's
+    ``__init__`` is its face and is not counted (``planted`` as in ``violations``)."""
+    planted = planted or {}
+    modules = {module_name(p): p for p in project_files()}
+    edges = defaultdict(set)
+    for name, path in modules.items():
+        if path.name == "__init__.py":
+            continue
+        for target, _, how in imports_of(path, path.read_text() + planted.get(path, "")):
+            if how == "import" and target in modules and target != name and modules[target].name != "__init__.py":
+                edges[name].add(target)
+    cycles, state = [], {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == "open":
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = "done"
+
+    for name in sorted(modules):
+        if name not in state:
+            visit(name, [name])
+    return cycles
+
+
+def test_no_two_modules_import_each_other():
+    assert module_cycles() == []
+
+
+def test_the_module_check_sees_a_type_checking_import_back():
+    knobs = REPO / "autotaccl" / "tuning" / "space" / "knobs.py"
+    planted = "\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .schema import SearchSpace\n"
+    assert any("autotaccl.tuning.space.schema" in c and "autotaccl.tuning.space.knobs" in c
+               for c in module_cycles({knobs: planted}))
+
+
 def test_test_modules_import_no_other_test_module():
     names = {p.stem for p in (REPO / "tests").rglob("test_*.py")}
     bad = []

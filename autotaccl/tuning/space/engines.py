@@ -4,20 +4,18 @@ space says so at load time instead of falling back silently, trial after trial."
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from ...errors import InputError
 from ...sketch import logical_topology
 from ...sketch.knobs import sketch_from_knobs
 from ...synth import milp_problem
-
-if TYPE_CHECKING:
-    from .schema import SearchSpace
+from .model import SearchSpace
 
 log = logging.getLogger(__name__)
 
 
-def milp_choice(space: "SearchSpace") -> str | None:
+def milp_choice(space: SearchSpace) -> str | None:
     """The field that lets trials choose ``engine: milp`` (``fixed.engine`` or ``parameters.engine.choices[i]``),
     or None."""
     if space.fixed.get("engine") == "milp":
@@ -28,7 +26,7 @@ def milp_choice(space: "SearchSpace") -> str | None:
     return None
 
 
-def check_engines(space: "SearchSpace") -> None:
+def check_engines(space: SearchSpace) -> None:
     """Refuse an ``engine: milp`` choice when no collective of the target can build its routing model (at
     chunkup 1 and the space's fixed knobs); log one warning line naming the collectives where it cannot,
     at chunkup 1 or at the largest chunkup the space samples.
@@ -56,7 +54,7 @@ def check_engines(space: "SearchSpace") -> None:
     log.warning("%s: %s: engine milp falls back to greedy on %s", space.source, where, said)
 
 
-def _most_chunkup(space: "SearchSpace") -> int:
+def _most_chunkup(space: SearchSpace) -> int:
     """The largest chunk-up factor the space's trials can use."""
     if "chunkup" in space.fixed:
         return int(space.fixed["chunkup"])

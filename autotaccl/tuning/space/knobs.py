@@ -3,16 +3,14 @@ and how to lower, and the sketch and settings one sample of a space stands for."
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from ...errors import InputError
 from ...formats.msccl.program import PROTOCOLS, Protocol
 from ...sizes import parse_size
 from ...sketch import Engine, Sketch
 from ...sketch.knobs import DEFAULT_ENGINE, SKETCH_KNOBS, Knob, KnobContext, knobs_of, one_of, sketch_from_knobs, whole
-
-if TYPE_CHECKING:
-    from .schema import SearchSpace
+from .model import SearchSpace
 
 
 def _nonneg_number(value: Any, ctx: KnobContext) -> str | None:

@@ -6,7 +6,7 @@ from typing import Any
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
 from ... import faults
-from .schema import Parameter, SearchSpace
+from .model import Parameter, SearchSpace
 
 
 def distribution(p: Parameter) -> BaseDistribution:
