@@ -13,6 +13,7 @@ import functools
 import logging
 import math
 import tempfile
+import urllib.parse
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -28,6 +29,9 @@ log = logging.getLogger(__name__)
 
 KIND = "autotaccl.kind"          # sweep | trial | baseline | nccl (stock NCCL predicted by nccl-model)
 STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
+#: MLflow 3 opens an experiment by its kind: a sweep's is a training-runs one (the runs table and its charts),
+#: not the GenAI view (traces, evaluation runs) it may infer for an experiment without the tag
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 PER_SIZE = ("time_us", "algbw_GBps", "busbw_GBps", "relative", "bound_pct")
 _QUANTITIES = dict(zip(("time_us", "algbw", "busbw", "relative", "bound_pct"), PER_SIZE))   # row field -> key
 
@@ -191,9 +195,13 @@ def ensure_experiment(client: MlflowClient, name: str, artifact_root: Path | Non
                                      f"another tool; pass --adopt to log into it)")
             for key, value in tags.items():
                 client.set_experiment_tag(existing.experiment_id, key, value)
+        for key, value in EXPERIMENT_KIND.items():          # a store made before sweeps set their kind
+            if existing.tags.get(key) != value:
+                client.set_experiment_tag(existing.experiment_id, key, value)
         return existing.experiment_id
     location = (Path(artifact_root).resolve() / name).as_uri() if artifact_root else None
-    tags = {**tags, MLFLOW_RUN_NOTE: description} if description else dict(tags)   # an experiment's note too
+    tags = {**tags, **EXPERIMENT_KIND}
+    tags = {**tags, MLFLOW_RUN_NOTE: description} if description else tags   # an experiment's note too
     return client.create_experiment(name, artifact_location=location, tags=tags)
 
 
@@ -289,6 +297,16 @@ def start_sweep_run(client: MlflowClient, experiment_id: str, name: str, params:
     return run.info.run_id
 
 
+#: the runs page's state in its URL: MLflow 3 opens an experiment in its GenAI view (whatever its kind) unless
+#: ``workflowType`` says otherwise; without the sweep's parent run the trials and baselines are rows of their own
+#: (under it they are folded); a curve key's latest value is its largest step, so the first row is the best busbw
+#: at the largest size; the chart view draws every per-size key, one chart each, a line per run
+_COMPARISON = urllib.parse.urlencode({
+    "workflowType": "machine_learning", "searchFilter": f"tags.`{KIND}` != 'sweep'",
+    "orderByKey": "metrics.`busbw_GBps`", "orderByAsc": "false", "compareRunsMode": "CHART"},
+    quote_via=urllib.parse.quote)
+
+
 def runs_url(base: str, experiment_id: str) -> str:
-    """The runs table (MLflow 3.17 otherwise opens experiments in GenAI mode)."""
-    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs"
+    """The experiment's comparison page: its trials and baselines side by side in MLflow's training-runs view."""
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?{_COMPARISON}"

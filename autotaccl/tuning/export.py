@@ -32,6 +32,7 @@ from typing import Any, Sequence
 
 import optuna
 import pandas as pd
+from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
 from .. import tracking
 from ..errors import InputError
@@ -560,11 +561,34 @@ Files: {', '.join(_md(f) for f in files) if files else 'none (the baselines won 
     return text
 
 
+#: the experiment export logs its runs into: one per sweep exported, tagged with the sweep's experiment, kept
+#: out of the sweeps' own experiments so that their runs tables list trials and baselines only
+EXPORTS = "autotaccl-exports"
+
+
+def _exports_experiment(client, experiments) -> str:
+    """The id of :data:`EXPORTS`, created beside the first sweep's experiment (its artifacts there too)."""
+    existing = client.get_experiment_by_name(EXPORTS)
+    if existing is not None and existing.lifecycle_stage == "active":
+        return existing.experiment_id
+    if existing is not None:
+        raise InputError("--tracking-uri", client.tracking_uri,
+                         f"a store whose experiment {EXPORTS!r} is not deleted (restore it with `mlflow experiments "
+                         f"restore --experiment-id {existing.experiment_id}`)")
+    sweep_location = experiments[0].artifact_location or ""
+    location = sweep_location.rsplit("/", 1)[0] + f"/{EXPORTS}" if sweep_location.startswith("file:") else None
+    return client.create_experiment(EXPORTS, artifact_location=location, tags={
+        **tracking.EXPERIMENT_KIND, MLFLOW_RUN_NOTE: "One run per sweep exported by `autotaccl export` "
+                                                           "(tag autotaccl.experiment names the sweep)."})
+
+
 def _log_export(client, experiments, out: Path, table: pd.DataFrame) -> None:
+    exports_id = _exports_experiment(client, experiments) if experiments else None
     for experiment in experiments:
         rows = table[table["experiment"] == experiment.name]
-        run_id = tracking.log_run(client, experiment.experiment_id, "export",
-                                  tags={tracking.KIND: "export", "export.dir": str(out)},
+        run_id = tracking.log_run(client, exports_id, f"export {experiment.name}",
+                                  tags={tracking.KIND: "export", "export.dir": str(out),
+                                        "autotaccl.experiment": experiment.name},
                                   metrics={"export.ranges": len(rows), "export.xml_files": int((rows["xml"] != "").sum())},
                                   artifacts={"export/table.md": markdown(rows), "export/table.csv": rows.to_csv(index=False)})
         client.log_table(run_id, data=rows.reset_index(drop=True), artifact_file="export/table.json")

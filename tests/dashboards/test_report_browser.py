@@ -98,9 +98,13 @@ def test_report_renders_in_headless_chromium(swept, tmp_path):
     assert max(histogram) < 0.97 * sum(histogram)
 
 
+printed: list[str] = []       # the whole URL `autotaccl ui` printed, query included
+
+
 @pytest.fixture(scope="module")
 def runs_url(swept):
-    """`autotaccl ui` on a free loopback port over the sweep: its runs table URL (the server stops after)."""
+    """`autotaccl ui` on a free loopback port over the sweep: the URL it prints for the experiment, its query
+    (the page's view state) cut off (the server stops after)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -112,9 +116,10 @@ def runs_url(swept):
             lines.append(line)
             if "#/experiments/" in line:
                 break
-        url = re.search(r"http://127\.0\.0\.1:\d+/#/experiments/\d+/runs", "".join(lines))
+        url = re.search(r"(http://127\.0\.0\.1:\d+/#/experiments/\d+/runs)(\?\S*)?", "".join(lines))
         assert url, lines
-        yield url.group(0)
+        printed.append(url.group(0))
+        yield url.group(1)
     finally:
         ui.send_signal(signal.SIGTERM)          # the command stops its server's process group
         try:
@@ -166,3 +171,34 @@ def test_a_trial_chart_view_draws_its_per_size_curves(swept, runs_url, tmp_path)
     assert len({tuple(p) for p in pixels[::7, ::7].reshape(-1, 3)}) > 50, "blank screenshot"
     assert len(curve) > 50 and max(curve) - min(curve) > 100, "the first chart is not a curve over the sizes"
     assert len(bar) > 100 and max(bar) - min(bar) <= 3, "the second chart is not one per-size value"
+
+
+def test_the_url_ui_prints_opens_on_the_comparison_of_the_trials(swept, runs_url, tmp_path):
+    """MLflow's training-runs view (not GenAI's traces and evaluation runs), every trial and baseline a row
+    of its own (not folded under the sweep's run), the best busbw at the largest size first, and the chart
+    view drawing each per-size key with a line per run: all without a click."""
+    url = printed[-1]
+    assert url.startswith(runs_url + "?")
+    mlflow.set_tracking_uri(f"sqlite:///{swept / 'mlflow.db'}")
+    (experiment,) = [e for e in mlflow.MlflowClient().search_experiments() if e.name == "ndv2x2-allgather"]
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    runs = mlflow.search_runs(experiment_names=["ndv2x2-allgather"])
+    trials = runs[runs["tags.autotaccl.kind"] == "trial"]
+    baselines = runs[runs["tags.autotaccl.kind"] == "baseline"]
+    assert len(trials) == 3
+    for attempt in range(3):        # the charts fetch their metrics in real time: a loaded machine can be late
+        dom = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000",
+                              "--virtual-time-budget=120000", "--dump-dom", url], capture_output=True, text=True,
+                             timeout=240).stdout
+        if all(dom.count(name) >= 2 for name in trials["tags.mlflow.runName"]):
+            break
+    assert "Evaluation runs" not in dom and "Runs" in dom        # the training-runs view, not GenAI's
+    assert "sweep-ndv2x2-allgather" not in dom                          # the parent run folds nothing away
+    for name in [*trials["tags.mlflow.runName"], *baselines["tags.mlflow.runName"]]:
+        assert dom.count(name) >= 2, name        # its row, and its line in the drawn charts' legends
+    for key in ("busbw_GBps", "time_us", "busbw_GBps.1048576"):
+        assert key in dom, key                   # a chart per key, titled by it
+    rows = runs[runs["tags.autotaccl.kind"] != "sweep"]
+    table = dom[dom.index('row-index="0"'):]                   # the runs list, row by row
+    first = min(rows["tags.mlflow.runName"], key=table.find)     # the top row
+    assert rows.loc[rows["tags.mlflow.runName"] == first, "metrics.busbw_GBps"].iloc[0] == rows["metrics.busbw_GBps"].max()

@@ -13,7 +13,7 @@ import yaml
 from autotaccl.cli import main
 from autotaccl.formats.msccl import check_xml
 from autotaccl.formats.mscclpp import check_plan_file, read_plan
-from autotaccl.tuning.export import winners
+from autotaccl.tuning.export import EXPORTS, winners
 from autotaccl.tuning.sweep import TuneRequest, tune
 from autotaccl.tuning.winners import Entry, pick
 from support import fresh_store
@@ -244,10 +244,16 @@ def test_nccl_tuner_config_resolves_every_band_to_nccl_models_choice(exported):
             assert lines[int(ln) - 1].startswith("allgather,")          # the table points at its rows
 
 
-def test_export_table_is_logged_to_mlflow(exported):
+def test_export_table_is_logged_to_mlflow_beside_the_sweep_not_in_it(exported):
+    """The export's run goes to its own experiment (tagged with the sweep's), so the sweep's runs table
+    lists only trials, baselines, stock NCCL and the sweep run."""
     uri, _, _, table = exported
-    runs = mlflow.search_runs(experiment_names=["ndv2x2-allgather"], filter_string="tags.`autotaccl.kind` = 'export'")
-    assert len(runs) >= 1
+    runs = mlflow.search_runs(experiment_names=[EXPORTS], filter_string="tags.`autotaccl.experiment` = 'ndv2x2-allgather'")
+    assert len(runs) >= 1 and set(runs["tags.autotaccl.kind"]) == {"export"}
+    sweep = mlflow.search_runs(experiment_names=["ndv2x2-allgather"])
+    assert set(sweep["tags.autotaccl.kind"]) <= {"sweep", "trial", "baseline", "nccl"}
+    kinds = {e.name: e.tags.get("mlflow.experimentKind") for e in mlflow.MlflowClient().search_experiments()}
+    assert kinds["ndv2x2-allgather"] == kinds[EXPORTS] == "custom_model_development"
     logged = mlflow.MlflowClient().load_table(runs.experiment_id.iloc[0], "export/table.json",
                                               run_ids=[runs.run_id.iloc[0]])
     assert list(logged["winner"]) == list(table["winner"])
