@@ -78,11 +78,19 @@ def export_rows(client, experiment, export_dir: Path | None) -> tuple[list[dict]
     import mlflow
 
     if export_dir is None:
-        runs = mlflow.search_runs(experiment_ids=[experiment.experiment_id],
-                                  filter_string="tags.`autotaccl.kind` = 'export'", order_by=["start_time DESC"],
-                                  max_results=1)
-        if not runs.empty and isinstance(runs["tags.export.dir"].iloc[0], str):
-            export_dir = Path(runs["tags.export.dir"].iloc[0])
+        # the latest export of this experiment: in the exports' own experiment, or (a store exported before
+        # they had one) in the sweep's
+        exports = client.get_experiment_by_name(ex.EXPORTS)
+        found = [mlflow.search_runs(experiment_ids=[exports.experiment_id], order_by=["start_time DESC"],
+                                    filter_string=f"tags.`autotaccl.kind` = 'export' and "
+                                                  f"tags.`autotaccl.experiment` = '{experiment.name}'", max_results=1)
+                 ] if exports is not None else []
+        found.append(mlflow.search_runs(experiment_ids=[experiment.experiment_id], max_results=1,
+                                        filter_string="tags.`autotaccl.kind` = 'export'", order_by=["start_time DESC"]))
+        found = [runs for runs in found if not runs.empty and isinstance(runs["tags.export.dir"].iloc[0], str)]
+        if found:
+            latest = max(found, key=lambda runs: runs["start_time"].iloc[0])
+            export_dir = Path(latest["tags.export.dir"].iloc[0])
     if export_dir is not None and (export_dir / "table.json").is_file():
         rows = [r for r in json.loads((export_dir / "table.json").read_text()).get("ranges", [])
                 if r.get("experiment") == experiment.name]
@@ -119,23 +127,43 @@ def _pct_range(text: str) -> str:
     return f"{lo:.1f}%" if math.isclose(lo, hi, abs_tol=0.05) else f"{lo:.1f}–{hi:.1f}%"
 
 
+def file_label(path: str, rest: str = "") -> tuple[str, str]:
+    """The short label of an exported file in the deploy table (``XML``, ``plan out``, ``plan in``, ``tuner
+    line N``) and what its cell says beyond it (the tuner row's fallback note), so that no column is as wide
+    as a file name: the band's file names differ only in the band, which the row already gives."""
+    if path.endswith(".xml"):
+        return "XML", rest
+    if path.endswith(".outofplace.plan.json"):
+        return "plan out", rest
+    if path.endswith(".inplace.plan.json"):
+        return "plan in", rest
+    if path.endswith("nccl_tuner.conf"):
+        line, _, note = rest.partition(" (")
+        return f"tuner {line}".strip(), note.rstrip(")")
+    return path.rsplit("/", 1)[-1], rest
+
+
 def deploy_section(rows: Sequence[dict], export_dir: Path | None, page_dir: Path) -> str:
     """What to deploy: per band the winner's configuration, its files (links into the export) and the
     speed-ups; then the command that loads the export in each runtime."""
     e = html.escape
 
     def link(cell: str) -> str:
+        """A file cell's files by short label (its path on hover), each a link into the export."""
         names = [n for n in str(cell or "").split(", ") if n]
         if not names or names[0].startswith("stock NCCL"):
             return e(str(cell or "–"))
         out = []
         for name in names:
             path, _, rest = name.partition(" ")
+            label, note = file_label(path, rest)
+            shown = f"{export_dir / path}" if export_dir is not None else path
+            note = f" <span class=\"note\" title=\"{e(note)}\">({e(note.split(':')[0])})</span>" if note else ""
             if export_dir is None:
-                out.append(e(name))
+                out.append(f"<span class=\"file\" title=\"{e(shown)}\">{e(label)}</span>{note}")
             else:
                 href = os.path.relpath(export_dir / path, page_dir)
-                out.append(f"<a href=\"{e(href)}\">{e(path)}</a>{(' ' + e(rest)) if rest else ''}")
+                out.append(f"<a class=\"file\" href=\"{e(href)}\" title=\"{e(shown)}\">{e(label)}</a>{note}")
         return "<br>".join(out)
 
     def num(value, fmt: str) -> str:
@@ -169,8 +197,9 @@ def deploy_section(rows: Sequence[dict], export_dir: Path | None, page_dir: Path
     where = str(export_dir) if export_dir is not None else "EXPORT"
     load = rt.load_commands(where)
     commands = "".join(f"<dt>{e(name)}</dt><dd><code>{e(cmd)}</code></dd>" for name, cmd in load.items())
-    note = ("" if export_dir is not None else "<p class=\"note\">No export of this experiment found: run "
-            "<code>autotaccl export</code> to write the files (names as above).</p>")
+    note = (f"<p class=\"note\">Files under <code>{e(str(export_dir))}</code>: hover a label for its path.</p>"
+            if export_dir is not None else "<p class=\"note\">No export of this experiment found: run "
+            "<code>autotaccl export</code> to write the files (hover a label for its name).</p>")
     return f"<h3>What to deploy</h3>{table}{note}<dl class=\"load\">{commands}</dl>"
 
 

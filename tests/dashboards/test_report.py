@@ -87,10 +87,39 @@ def test_report_links_the_export_it_is_given_and_names_its_winners(tracked, caps
     assert "No export of this experiment found" in (tmp / "r4" / "index.html").read_text()
     assert main(["report", "--tracking-uri", uri, "--export", str(moved), "-o", str(tmp / "r5")]) == 0
     page = (tmp / "r5" / "index.html").read_text()
-    links = re.findall(r'<a href="([^"]+)"', page)
+    links = re.findall(r'<a class="file" href="([^"]+)"', page)
     assert all((tmp / "r5" / link).resolve().is_file() for link in links) and any("elsewhere" in li for li in links)
     table = json.loads((moved / "table.json").read_text())
     assert json.loads((tmp / "r5" / "report.json").read_text())["winners"] == table["winners"]
     assert json.loads((tmp / "r4" / "report.json").read_text())["winners"] == table["winners"]   # computed alike
     for band in table["ranges"]:
         assert band["winner"] in page and band["protocol"] in page
+
+
+@pytest.mark.parametrize("cell, label, note", [
+    ("msccl/ndv2x2-allgather-from1M-up.xml", "XML", ""),
+    ("mscclpp/ndv2x2-allgather-from1M-up.outofplace.plan.json", "plan out", ""),
+    ("mscclpp/ndv2x2-allgather-from1M-up.inplace.plan.json", "plan in", ""),
+    ("nccl/nccl_tuner.conf line 8", "tuner line 8", ""),
+    ("nccl/nccl_tuner.conf line 10 (fallback: the synthesized algorithm needs msccl/mscclpp)", "tuner line 10",
+     "fallback: the synthesized algorithm needs msccl/mscclpp"),
+])
+def test_the_deploy_table_names_files_by_short_labels(cell, label, note):
+    from dashboards.report import file_label
+
+    path, _, rest = cell.partition(" ")
+    assert file_label(path, rest) == (label, note)
+
+
+def test_the_deploy_table_keeps_each_full_path_on_hover(tmp_path):
+    from dashboards.report import deploy_section
+
+    row = {"min_bytes": 0, "max_bytes": "", "winner": "trial-1", "engine": "greedy", "config": "chunkup=2",
+           "protocol": "Simple", "instances": 1, "msccl": "msccl/a-from0-up.xml", "msccl_legacy": "stock NCCL (no file)",
+           "mscclpp": "mscclpp/a-from0-up.outofplace.plan.json, mscclpp/a-from0-up.inplace.plan.json",
+           "nccl": "nccl/nccl_tuner.conf line 3"}
+    page = deploy_section([row], tmp_path / "export", tmp_path / "report")
+    for path, label in (("msccl/a-from0-up.xml", "XML"), ("mscclpp/a-from0-up.inplace.plan.json", "plan in"),
+                        ("nccl/nccl_tuner.conf", "tuner line 3")):
+        assert f'href="../export/{path}" title="{tmp_path / "export" / path}">{label}</a>' in page
+    assert "a-from0-up.xml</a>" not in page and "stock NCCL (no file)" in page

@@ -38,6 +38,10 @@ window.addEventListener("load", () => {
   document.body.setAttribute("data-rows", document.querySelectorAll("table.sizes tr").length);
   document.body.setAttribute("data-bands", document.querySelectorAll("table.winners tr").length - 1);
   document.body.setAttribute("data-links", [...document.querySelectorAll("table.winners a")].length);
+  const files = [...document.querySelectorAll("table.winners .file")];
+  document.body.setAttribute("data-files", files.length);
+  document.body.setAttribute("data-wrapped", files.filter(f => f.getClientRects().length > 1).map(f => f.textContent).join("|"));
+  document.body.setAttribute("data-page-width", document.documentElement.scrollWidth);
   const w = document.querySelector("table.winners");
   document.body.setAttribute("data-winners-width", w ? Math.round(w.getBoundingClientRect().width) : 0);
 });
@@ -82,7 +86,7 @@ def test_report_renders_in_headless_chromium(swept, tmp_path):
     assert "ndv2x2-allgather" in dom and "busbw vs size" in dom and "time vs size" in dom
     for cmd in ("MSCCL_ALGO_DIR", "MSCCL_XML_FILES", "ExecutionPlan", "NCCL_TUNER_CONFIG_FILE"):
         assert cmd in dom, cmd
-    links = re.findall(r'<a href="([^"]+)"', page)
+    links = re.findall(r'<a class="file" href="([^"]+)"', page)
     assert any(link.endswith(".plan.json") for link in links) and any("nccl_tuner.conf" in link for link in links)
     assert all((target / link).resolve().is_file() for link in links), links    # every link reaches its file
     shot = tmp_path / "shot.png"
@@ -202,3 +206,31 @@ def test_the_url_ui_prints_opens_on_the_comparison_of_the_trials(swept, runs_url
     table = dom[dom.index('row-index="0"'):]                   # the runs list, row by row
     first = min(rows["tags.mlflow.runName"], key=table.find)     # the top row
     assert rows.loc[rows["tags.mlflow.runName"] == first, "metrics.busbw_GBps"].iloc[0] == rows["metrics.busbw_GBps"].max()
+
+
+def test_at_1400_px_no_cell_of_the_deploy_table_wraps_a_file_name(swept, tmp_path):
+    """The "What to deploy" table in a 1400 px wide window: each file is one short label on one line (a
+    label wrapped over two lines has two client rectangles), the page needs no sideways scroll, and the
+    screenshot of the table is not blank."""
+    uri = f"sqlite:///{swept / 'mlflow.db'}"
+    assert main(["export", "--tracking-uri", uri, "-o", str(tmp_path / "export")]) == 0
+    target = tmp_path / "report"
+    assert main(["report", "--tracking-uri", uri, "-o", str(target)]) == 0
+    probe = target / "probe.html"
+    probe.write_text((target / "index.html").read_text().replace("</body>", PROBE))
+    result = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files",
+                             "--virtual-time-budget=5000", "--window-size=1400,900", "--dump-dom", probe.as_uri()],
+                            capture_output=True, text=True, timeout=90)
+    dom = result.stdout
+    assert int(re.search(r'data-files="(\d+)"', dom).group(1)) >= 4       # XML, XML, plan out and in, tuner rows
+    assert 'data-wrapped=""' in dom, re.search(r'data-wrapped="([^"]*)"', dom).group(1)
+    assert int(re.search(r'data-page-width="(\d+)"', dom).group(1)) <= 1400
+    shot = tmp_path / "deploy.png"
+    result = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files",
+                             "--virtual-time-budget=5000", "--window-size=1400,900", f"--screenshot={shot}",
+                             (target / "index.html").as_uri()], capture_output=True, text=True, timeout=90)
+    assert result.returncode == 0 and shot.is_file(), result.stderr[-2000:]
+    from PIL import Image
+
+    assert Image.open(shot).size == (1400, 900)
+    assert len(set(Image.open(shot).convert("L").getdata())) > 20        # the table's text, not a blank page
