@@ -1,4 +1,4 @@
-"""examples/: the scripts the README points to run as written."""
+"""examples/: the scripts the README and docs/ point to run as written."""
 from __future__ import annotations
 
 import subprocess
@@ -28,10 +28,10 @@ def test_the_sweep_example_tunes_and_exports_from_python(tmp_path):
 
 
 def test_the_readme_python_example_is_the_sweep_example():
-    """Every line of the README's Python block is a line of examples/sweep.py, which the test above runs."""
-    readme = (REPO / "README.md").read_text()
-    block = readme.split("## From Python", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    """Every line of docs/python.md's Python block is a line of examples/sweep.py, which the test above runs."""
+    page = (REPO / "docs" / "python.md").read_text()
+    block = page.split("# From Python", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     script = {line.strip() for line in (REPO / "examples" / "sweep.py").read_text().splitlines()}
     missing = [line for line in block.splitlines() if line.strip() and line.strip() not in script]
     assert missing == []
-    compile(block, "README.md", "exec")              # and the block alone is a valid script
+    compile(block, "docs/python.md", "exec")              # and the block alone is a valid script
