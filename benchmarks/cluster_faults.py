@@ -233,4 +233,6 @@ def interrupted_sweep(common: list[str], storage: str, tmp: Path) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    import record      # --write: the output, commit and machine in benchmarks/results/
+
+    record.main(main)

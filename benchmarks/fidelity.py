@@ -228,4 +228,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import record      # --write: the output, commit and machine in benchmarks/results/
+
+    record.main(main)

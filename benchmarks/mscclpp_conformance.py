@@ -83,4 +83,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import record      # --write: the output, commit and machine in benchmarks/results/
+
+    record.main(main)

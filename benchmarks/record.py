@@ -1,0 +1,87 @@
+"""``--write`` for every benchmark: run it as usual, and also record what it printed, with the command, the
+commit and the machine, in ``benchmarks/results/<name>.md``.
+
+Each benchmark ends with ``record.main(main)``: the helper takes ``--write`` off the command line (so the
+benchmark's own parser never sees it), tees standard output while ``main`` runs and, when asked, writes the
+file only once ``main`` has returned (a benchmark that fails leaves the last good results in place). Those
+files are where measured figures live; library docstrings name the benchmark, not its numbers.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import io
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+RESULTS = Path(__file__).resolve().parent / "results"
+FLAG = "--write"
+HELP = f"  {FLAG}  also record this output, the commit and the machine in benchmarks/results/<name>.md"
+
+
+class _Tee(io.TextIOBase):
+    def __init__(self, stream) -> None:
+        self.stream, self.text = stream, io.StringIO()
+
+    def write(self, s: str) -> int:
+        self.text.write(s)
+        return self.stream.write(s)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def commit(repo: Path = RESULTS.parent.parent) -> str:
+    """The checkout's commit, ``+ local changes`` when its tracked files differ from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True).stdout.strip()
+
+    head = git("rev-parse", "HEAD") or "unknown"
+    return head + (" + local changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def machine() -> str:
+    """CPU model, cores, OS and Python: what the figures depend on."""
+    model = platform.processor() or platform.machine()
+    try:
+        model = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return (f"{model}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}")
+
+
+def results_page(name: str, argv: list[str], output: str, when: dt.datetime | None = None) -> str:
+    """The Markdown of ``benchmarks/results/<name>.md``."""
+    when = when or dt.datetime.now(dt.timezone.utc)
+    command = shlex.join(["python", f"benchmarks/{name}.py", *argv])
+    return (f"# {name}\n\nLatest results of `{command}` (written with `{FLAG}`).\n\n"
+            f"* commit: {commit()}\n* machine: {machine()}\n* date: {when:%Y-%m-%d %H:%M} UTC\n\n"
+            f"```text\n{output.rstrip()}\n```\n")
+
+
+def main(run: Callable[[], int | None], argv: list[str] | None = None) -> None:
+    """Run a benchmark's ``main`` (exit status its return value); with ``--write``, record its output."""
+    args = sys.argv[1:] if argv is None else argv
+    write = FLAG in args
+    sys.argv[1:] = [a for a in args if a != FLAG]
+    if {"-h", "--help"} & set(args):
+        print(HELP)
+    name = Path(sys.modules["__main__"].__file__ or "benchmark").stem
+    tee = _Tee(sys.stdout)
+    sys.stdout = tee
+    try:
+        status = run()
+    finally:
+        sys.stdout = tee.stream
+    if write and not status:
+        RESULTS.mkdir(exist_ok=True)
+        path = RESULTS / f"{name}.md"
+        path.write_text(results_page(name, sys.argv[1:], tee.text.getvalue()))
+        print(f"wrote {path.relative_to(RESULTS.parent.parent)}")
+    sys.exit(status)
