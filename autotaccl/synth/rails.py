@@ -12,32 +12,27 @@ small to pipeline. On many nodes the rail is two chains from the root, each over
 (half the depth, the same load on every NIC). On one node (a switch domain such as GB200 NVL72) a tree
 is its hub's in-node tree alone.
 
-A rail tree crosses each node boundary on one NIC per root, and where NVLink is the bottleneck (two
-DGX-H100: 14 units into each GPU over NVLink, one over its NIC, which idles half the time) some of a
-root's pieces also cross from a node-mate to its rail peer, which then skips that copy over NVLink
-(:func:`_spilled`, chosen by the packing's ratio): AllGather on DGX-H100 x 2 at 1 GiB reaches 99.5% of
-the attainable bound instead of 94.7%.
+Variants, each for the case it is built for:
 
-Where a sketch sends a root's data off its node through another GPU (TACCL's relay sketches), the chain
-leaves through that gateway, and the GPUs where more data enters than elsewhere relay part of it
-(:class:`_Relayed`). The default sketch on DGX-2, whose GPUs share a NIC per pair, maps every GPU to its
-peer (``sketch.default_sketch``), so there the rails are plain: AllGather on DGX-2 x 2 at 1 GiB reaches
-93.9% of the attainable bound, 79.9% through the relay sketch, 62.6% with the packing LP.
+* **spilled** (:func:`_spilled`, chosen by the packing's ratio): where NVLink, not the NIC, is the
+  bottleneck, some of a root's pieces also cross from a node-mate to its rail peer, which then skips that
+  copy over NVLink.
+* **relayed** (:class:`_Relayed`): where a sketch sends a root's data off its node through another GPU
+  (TACCL's relay sketches), the chain leaves through that gateway, and the GPUs where more data enters
+  than elsewhere relay part of it. DGX-2's default sketch maps every GPU to its peer
+  (``sketch.default_sketch``), so there the rails are plain, which beats both relays and the packing LP.
+* **binomial in-node trees** (:func:`_spread_binomial`) for a reduction's reversed trees across nodes:
+  reduces into one buffer go one at a time and a hub's sum leaves only once its whole fan-in is in, so a
+  star's ``gpn - 1`` serial reduces would idle the NICs where a binomial tree's take ``ceil(log2 gpn)``.
+  Otherwise the in-node tree is a star, rotated so that at any moment the GPUs send to different hubs; on
+  one node, where no NIC waits, the pipelined star is better at large sizes, and where a root's data is a
+  single slice the binomial tree hides the fan-in's latency: :func:`~autotaccl.synth.greedy.forest.rails`
+  chooses.
 
-The in-node tree is a star, rotated so that at any moment the GPUs send to different hubs, except for
-the reversed trees of a reduction across nodes: reduces into one buffer go one at a time, and a
-hub's sum can leave over the network only once its whole fan-in is in, so a star's ``gpn - 1`` serial
-reduces would idle the NICs at the start; a binomial tree's take ``ceil(log2 gpn)``
-(:func:`_spread_binomial`). On two DGX-H100, ReduceScatter at 1 GiB reaches 91.2% of the attainable
-bound with it, 88.6% with the rotated star, 84.4% unrotated. On one node, where no NIC waits, the
-pipelined star does better at large sizes (GB200 NVL72 at 1 GiB: 97.9% against 95.5%, AllReduce 98.9%
-against 74%), but where a root's data is a single slice nothing hides the fan-in's serial latency
-(DGX-2 ReduceScatter at 1 MiB: 34 µs binomial, 93 µs star); :func:`~autotaccl.synth.greedy.forest.rails`
-chooses.
-
-Built in ``O(ranks^2)``, where the column generation of :mod:`autotaccl.synth.packing` takes minutes
-beyond ~100 GPUs; on DGX-H100 x8 it also simulates faster (99.5% of the attainable bound at 1 GiB
-against 92%), so the greedy engine tries the rails first.
+Built in ``O(ranks^2)``, where the column generation of :mod:`autotaccl.synth.packing` takes minutes beyond
+about a hundred GPUs; the rails also simulate faster on large rail fabrics, so the greedy engine tries them
+first. ``benchmarks/synthesis.py`` measures each variant against the others
+(``benchmarks/results/synthesis.md``).
 """
 from __future__ import annotations
 
@@ -166,8 +161,7 @@ class _Relayed:
     time), and a connection that feeds a gateway (a root's data to the GPU that takes it off the node)
     carries nothing else, so the NIC is never starved. With TACCL's sk1-dgx2-n2, where one GPU of each
     pair receives from the network, stars would make it send 45 copies in its node against its
-    pair-mate's 15; relayed, no GPU sends more than 32, and AllGather at 1 GiB reaches 79.9% of the
-    attainable bound instead of 62.6%."""
+    pair-mate's 15; relayed, no GPU sends more than 32."""
 
     def __init__(self, gpn: int, entries: Counter, feeds: set[Edge]) -> None:
         self.gpn, self.sends, self.load = gpn, Counter(), Counter()

@@ -14,7 +14,14 @@ strategies (:mod:`.strategies`) decide the routes:
   graphs (switches), across nodes between same-index peers, or through the sketch's relay pairs;
 * ``trees`` (:mod:`.forest`, not a booking strategy): the throughput-optimal packing of spanning
   out-trees (:mod:`autotaccl.synth.packing`) as a pipelined schedule, for AllGather and its
-  reductions (what reaches the bound at large sizes on switched fabrics).
+  reductions (what reaches the bound at large sizes on switched fabrics);
+* ``rails`` (:mod:`.forest` over :mod:`autotaccl.synth.rails`): one tree per root along the network
+  rails, plain, spilled or in pieces (:func:`.forest.rail_schedules`), and a reduction's in slices
+  (:func:`.forest.sliced_rails`): what wins across nodes of rail fabrics at any scale, in slices under
+  several instances.
+
+Where each wins, configuration by configuration: ``benchmarks/synthesis.py`` (its latest results in
+``benchmarks/results/synthesis.md``; the same list as a table in ``docs/synthesis.md``).
 
 ReduceScatter runs an AllGather backwards over the sketch links' reverses (copies become reduces),
 AllReduce is that followed by the AllGather (:mod:`.schedule`). Inter-node hops respect the sketch's

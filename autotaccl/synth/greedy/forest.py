@@ -7,8 +7,8 @@ per root, one piece or a few: :func:`rail_schedules`), handed to its trees in pr
 (largest remainder) and interleaved, so every tree sends all the time. Piece ``j`` of every root runs
 down its tree, parents first; the list goes piece by piece, level by level (:func:`lower`). The
 pipelining along a tree is the runtime's: it moves every transfer in slices (the simulator's rounds).
-More pieces multiply the transfers and thread blocks (16 pieces on two DGX-H100 need 100 thread blocks
-on a rank, past the 80 an MSCCL++ plan can keep resident) and gain no time, except a reduction's rails
+More pieces multiply the transfers and thread blocks (soon more on a rank than an MSCCL++ plan
+keeps resident) and gain no time, except a reduction's rails
 (:func:`sliced_rails`): where a root's data is one slice, pieces follow each other up its chain of sums;
 across nodes, cut into as many pieces as slices, their list orders every slice.
 A piece is one chunk per channel, moving side by side: as many channels as the busiest link needs to
@@ -72,32 +72,19 @@ def rails(lt: LogicalTopology) -> Algorithm:
 
 
 def rail_schedules(lt: LogicalTopology) -> Iterator[tuple[str, Algorithm]]:
-    """The schedule of the rail trees (:mod:`autotaccl.synth.rails`), one tree per root, so one piece;
-    then, where it lowers the packing's ratio, of the spilled rail trees (``SPILL_PIECES`` pieces),
-    derived from the same trees.
+    """The schedules of the rail trees (:mod:`autotaccl.synth.rails`), each with its name: "rails" (one tree
+    per root, so one piece), then "spilled rails" (``SPILL_PIECES`` pieces, derived from the same trees, where
+    spilling lowers the packing's ratio), then "rails in pieces" (an AllGather whose root's data is one slice:
+    ``ONE_SLICE_PIECES`` pieces within the transfer budget).
 
     Where a root's data is one slice of the runtime's pipeline, nothing overlaps the trees' depth, so the
-    reductions go through binomial in-node trees, and an AllGather's or ReduceScatter's rails are shallow
-    (a star across nodes, a binomial tree reversed; up to ``MAX_SHALLOW_NODES``, each NIC's peers). An
-    AllReduce keeps chains here: its two shallow halves together need more thread blocks than an MSCCL++
-    plan keeps resident (88 of 80 on DGX-H100 x8); its shallow (fanned) rails come in slices
-    (:func:`sliced_rails`), for a runtime that loads them. At larger sizes the rails are chains, and the
-    reductions go through binomial in-node trees where a NIC waits for them (across nodes). Beyond ``MAX_CHAIN_NODES``
-    a root's rail is two chains of half the depth, each over half the other nodes, so its slices fill the
-    pipeline sooner: at 1 GiB on DGX-H100 x32 (x64), % of the attainable bound, AllGather 97.9 -> 97.4
-    (74.4 -> 97.0), ReduceScatter 77.8 -> 91.2 (72.4 -> 90.2), AllReduce 86.9 -> 93.8 (73.3 -> 93.0). On 16
-    nodes and fewer one chain does as well or better (AllReduce on DGX-H100 x8: 95.0 against 88.2).
-
-    Where a root's data is one slice, an AllGather's rails also come in ``ONE_SLICE_PIECES`` pieces, within
-    the transfer budget: nothing else pipelines the network hop into the in-node copies behind it, so a
-    second piece crosses the NIC while the first spreads over NVLink. At 1 MiB on DGX-H100 x8 under LL x 7
-    that takes 19.5 us down to 17.3 (LL x 8 in one piece: 19.5); three pieces would be faster still, but
-    they need more than MSCCL XML's 4096 nodes per rank from LL x 5 up. The reductions gain less in two
-    pieces on the rails' channels (DGX-H100 x8 ReduceScatter under LL x 8: 2.31x the attainable bound ->
-    2.12x) than in slices on one channel (the fanned rails in 4 pieces under LL x 6: 1.74x) and keep one
-    piece here; their pieces on one channel are :func:`sliced_rails`'.
-
-    Each comes with its name: "rails", then "spilled rails", then "rails in pieces"."""
+    rails are shallow (a star across nodes, up to ``MAX_SHALLOW_NODES``) and the reductions go through
+    binomial in-node trees; an AllReduce keeps chains here, since its two shallow halves need more thread
+    blocks than an MSCCL++ plan keeps resident (its fanned rails come in :func:`sliced_rails`). At larger
+    sizes the rails are chains, two of half the depth beyond ``MAX_CHAIN_NODES`` so that their slices fill
+    the pipeline sooner. An AllGather's pieces let a second piece cross the NIC while the first spreads over
+    NVLink; the reductions gain more from pieces on one channel (:func:`sliced_rails`) and keep one here.
+    ``benchmarks/synthesis.py`` measures these choices (``benchmarks/results/synthesis.md``)."""
     halves, packs, one_slice = _rail_packs(lt)
     ranks = lt.collective.ranks
     yield "rails", _schedule(lt, packs, "rails", pieces=1)
@@ -109,58 +96,25 @@ def rail_schedules(lt: LogicalTopology) -> Iterator[tuple[str, Algorithm]]:
 
 
 def sliced_rails(lt: LogicalTopology) -> Iterator[Algorithm]:
-    """A reduction's rail trees in pieces on one channel (the instances fill the links), most pieces first,
-    then (a ReduceScatter's beyond one slice) five sixths of them, half as many, and half again down to two
-    (for a runtime that loads fewer transfers: its limit seldom falls on a halving).
+    """A reduction's rail trees in pieces on one channel (the instances fill the links): the most pieces the
+    transfer budget allows, then (a ReduceScatter's beyond one slice) five sixths of them, then half as many
+    and half again down to two, for a runtime that loads fewer transfers.
 
-    Where a root's data is one slice of the runtime's pipeline, up to ``ONE_SLICE_REDUCTION_PIECES`` pieces
-    of the plain rails, on one node too, in dependency order: each hop of the chain of sums (up to four
-    levels in a node, two hops across the network for an AllReduce) then moves a piece, not the root's
-    data, and the pieces follow each other up the chain. At 1 MiB, over the attainable bound: two DGX-2
-    AllReduce 1.81x (LL128 x 3; the one-piece rails 2.08x), two DGX-A100 1.62x (1.72x), GB200 NVL72 1.49x
-    under LL (2.17x). Across more than two nodes they come fanned first
-    (:func:`~autotaccl.synth.rails.rail_trees`: each other node's part of a root's sum crosses on its own
-    rail, one network hop; an AllReduce's AllGather half a star across nodes), their reduces into each
-    cell in the order their sources are ready (the part from the network first), then as before (a
-    ReduceScatter's binomial tree across nodes, an AllReduce's chains, which an MSCCL++ plan still holds
-    where the shallow ones need too many thread blocks). At 1 MiB, fanned against before: DGX-H100 x8
-    ReduceScatter under LL x 6 in 4 pieces 20.1 us against 25.2 (1.74x and 2.19x the attainable bound),
-    DGX-A100 x4 AllReduce under LL x 7 32.1 against 49.7 (1.41x and 2.18x).
+    * One slice per root: up to ``ONE_SLICE_REDUCTION_PIECES`` pieces, on one node too, in dependency order,
+      so that the pieces follow each other up the chain of sums; across more than two nodes fanned first
+      (:func:`~autotaccl.synth.rails.rail_trees`: each other node's part of a root's sum crosses once, on its
+      own rail), their reduces in the order their sources are ready, then plain.
+    * Larger, across nodes: as many pieces as the budget allows (at most ``MAX_SLICED_PIECES``, none below
+      ``MIN_PIECE_BYTES``), the spilled trees where they spill, listed local first, so that each step sums
+      what the NICs send before what stays on the root's node. A ReduceScatter's are tapered from
+      ``TAPER_FROM`` pieces on (:func:`piece_sizes`: the NICs start sooner and the last in-node sums are
+      short) and fanned across three to ``MAX_SHALLOW_NODES`` nodes; an AllReduce's across more than two
+      nodes are listed by dependency depth instead.
+    * Hundreds of GPUs, where ``MAX_TRANSFERS`` leaves fewer than two pieces: a piece per slice within
+      ``MAX_SCALE_TRANSFERS``, listed by the chain of transfers still ahead (``order`` "critical"), so that
+      the NICs do not wait behind leaf sums they need much later.
 
-    Larger, across nodes, every root's data cut into as many pieces as the transfer budget allows (at most
-    ``MAX_SLICED_PIECES``, none below ``MIN_PIECE_BYTES``), listed local first (:func:`lower` with ``gpn``);
-    the spilled trees where they spill. The runtime's slices of one transfer share its place in the list
-    (the simulator's rounds: every slice of everything, then every second slice, ...), so a NIC waits a
-    slice for each in-node sum it sends. With a piece a slice, the list is the priority of every slice, and
-    run backwards each step of it sums what the NICs send before what stays on the root's own node: on
-    DGX-H100 x8 at 1 GiB (x8 instances) ReduceScatter reaches 97.9% of the attainable bound instead of
-    88.2%, with NVLink and the NICs both busy to the end (on two DGX-H100, spilled: 98.9% instead of
-    94.6%); on one channel a NIC needs two instances to fill. Each piece is a transfer of every edge, so
-    from a few instances up the XML nodes per rank exceed what the runtime takes (DGX-H100 x2
-    ReduceScatter at 1 GiB under x8: 8 pieces load). What is left between the bound and the pieces that
-    load is the start, when the NICs wait for the first in-node sums, and the end, when the root's node
-    sums the last piece to arrive; both shrink with the pieces at the ends: from ``TAPER_FROM`` pieces on
-    a ReduceScatter's are tapered (:func:`piece_sizes`, as many transfers, so as many XML nodes). At 1 GiB
-    on two DGX-A100 in 32 pieces under x4, 98.0% of the attainable bound instead of 95.3%; not in 12 on
-    DGX-H100 x8 (fanned, 93.5% instead of 94.4%: its middle pieces then exceed a slice), nor for an
-    AllReduce (DGX-A100 x4: 96.4% instead of 97.3%). An AllReduce's pieces across more than two nodes are
-    listed by dependency depth instead of local first: on DGX-H100 x8 in 6 pieces under x2 98.5% instead of
-    96.4% (on four DGX-A100 97.2% and 97.3%; on two nodes local first wins, two DGX-H100 under x8 99.0%
-    against 96.6%).
-
-    A ReduceScatter's across three to ``MAX_SHALLOW_NODES`` nodes are fanned here too (each other node's part
-    crosses once, where a chain across ``n`` nodes takes ``n - 1`` hops that drain node by node at the end).
-    With the relays' fusions (:mod:`autotaccl.formats.msccl.lower.threadblocks`), at 1 GiB under x2: on
-    DGX-H100 x8 20 tapered pieces load and reach 97.7% of the attainable bound (16 plain ones 95.5%, and
-    they did not load); on DGX-A100 x4 32 reach 97.4% (plain 96.8% in 64, which do not load).
-
-    On hundreds of GPUs, where the trees' budget (``MAX_TRANSFERS``) leaves fewer than two pieces, a root's
-    data is cut a piece per slice of the runtime's pipeline, within ``MAX_SCALE_TRANSFERS``, and listed
-    piece by piece, each piece by the chain still ahead of each transfer (``order`` "critical"): the rails
-    there are two chains of up to 32 nodes, and by dependency depth every in-node sum far down a chain
-    waits behind leaf sums the NICs need much later, so the NICs idle for the first ~200 µs. On DGX-H100
-    x32 at 1 GiB under two instances ReduceScatter reaches 95.3% of the attainable bound (the plain rails
-    91.2%, local first 92.8%), AllReduce 97.1% (93.8%); on x64 95.5% (90.2%) and 97.2% (93.1%).
+    ``benchmarks/synthesis.py`` shows where each wins (``benchmarks/results/synthesis.md``).
 
     Raises NotApplicable for an AllGather, beyond one slice on one node, and where a root's data makes fewer
     than two pieces."""
@@ -291,8 +245,8 @@ def orders(lt: LogicalTopology, algorithm: Algorithm) -> Iterator[Algorithm]:
     """A tree schedule as lowered (``order`` "depth"), then, for a reduction, the same transfers with the
     reduces into each cell by their sources' readiness (:func:`~autotaccl.synth.reductions.by_readiness`,
     each transfer timed alone at the target size, ``order`` "readiness"), verified, unless that is the
-    same list (the plain rails). Which one is faster depends on the fabric (AllReduce on DGX-H100 x 2 at
-    1 GiB: 97.0% of the attainable bound against 96.4%), so both are candidates."""
+    same list (the plain rails). Which one is faster depends on the fabric (``benchmarks/synthesis.py``),
+    so both are candidates."""
     yield algorithm
     if not lt.collective.is_reduction or algorithm.metadata["order"] != "depth":
         return
@@ -371,8 +325,7 @@ def lower(trees: tuple[Tree, ...], ranks: int, sizes: tuple[int, ...], nchannels
 
     The list (the runtime's priority) goes piece by piece, and within a piece level by level: every root's
     first hops, then their second, and so on. Run backwards, every root's reduction then climbs its tree
-    alongside the others' instead of queueing behind them (ReduceScatter on DGX-H100 x8 at 1 GiB: 88.2%
-    of the attainable bound against 84.1% root by root, AllReduce 95.0% against 89.0%).
+    alongside the others' instead of queueing behind them, as it would root by root.
 
     With ``gpn`` (the GPUs per node), local first: every piece's copies within the root's own node come
     before all the rest, which then go piece by piece as above; run backwards, they come last (within

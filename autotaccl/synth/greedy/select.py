@@ -27,7 +27,7 @@ def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | 
     ``instances``, judged by the simulator (verified).
 
     ``batching`` (the sketch's contiguity) lets a routed transfer carry several chunks, at most ``window``
-    (default: no cap; a cap of 6, TACCL's window, costs up to 4x at 1 KiB on AllToAll). The blocks of the
+    (default: no cap; a cap such as TACCL's window of 6 slows small AllToAlls down). The blocks of the
     structured strategies are never capped. Every strategy is tried (with and without batching, when it
     routes; on big configurations with trees, only those that do not route: :func:`candidates`), each
     schedule in two list orders, then the rail trees and the optimal tree packing (:mod:`.forest`, for
@@ -53,8 +53,8 @@ def candidates(lt: LogicalTopology, batching: bool = True, window: int | None = 
     configurations the trees come first: they are built in a fraction of the strategies' time and
     usually win at large sizes, so the strategies' schedules need not be simulated. Where they exist
     there (AllGather and its reductions), the routed strategies are not tried at all: their
-    chunk-by-chunk searches took three quarters of the strategies' time (DGX-H100 x32 AllReduce at
-    1 GiB: 111 of 146 s) and never won on a big configuration, where the trees or the exchanges did."""
+    chunk-by-chunk searches took most of the strategies' time and never won on a big configuration,
+    where the trees or the exchanges did (``benchmarks/synthesis.py``)."""
     big = lt.collective.num_chunks * len(lt.edges) > BIG
     grown = False
     if big:
