@@ -214,7 +214,7 @@ def _sparse(graph: nx.DiGraph, values: list, dtype):
 
 def alltoall_tau(cap: nx.DiGraph, gpus: list) -> float:
     """Min time per byte of a rank's buffer (µs·GB/s units: 1/GBps) to route every AllToAll demand."""
-    import numpy as np                       # imported here: scipy costs ~1 s of CLI start-up
+    import numpy as np                       # imported here: scipy slows every CLI start-up
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
 

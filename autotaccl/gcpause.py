@@ -1,10 +1,8 @@
 """Python's cyclic garbage collector paused while a stage builds millions of short-lived objects.
 
 Synthesis, lowering and simulation allocate transfers, steps and events by the million and make no
-reference cycles worth collecting, yet the collector's passes over them cost a third of their time (two
-DGX-A100 AllReduce at 1 GiB x 4: 8.8 s -> 6.1 s; DGX-H100 x 8 ReduceScatter: 29.9 s -> 18.3 s, and one
-simulation of its schedule 0.8 s -> 0.5 s) for the same peak memory (DGX-H100 x 32 ReduceScatter: 474 and
-479 MiB). Reference counting still frees every object as it goes; the collection the stage put off runs
+reference cycles worth collecting, yet the collector's passes over them cost much of their time, for no
+memory saved (the figures: ``benchmarks/results/synthesis.md``, carried over). Reference counting still frees every object as it goes; the collection the stage put off runs
 once after it.
 """
 from __future__ import annotations

@@ -24,9 +24,9 @@ reported is the one NCCL runs (``enqueue.cc``): it starts from ``nccl.channels``
 the buffer is smaller than ``channels * threads * threshold`` (512 threads for LL and Simple, 640 for
 LL128; thresholds 8 (LL, times the rank count for rings), 8 (LL128) and 64 (Simple) bytes per thread),
 where calls are too small for the bandwidth to matter. Each of those channels adds the profile's
-``nccl.channel_launch_us`` to the call (its work set up by the host, its thread block scheduled): on the
-A100 tables the fixed cost of LL calls grows from 36 to 73 µs as NCCL goes from 2 to 24 channels, the
-same for AllReduce and AllGather although their hop counts differ by two. Across nodes LL runs at the
+``nccl.channel_launch_us`` to the call (its work set up by the host, its thread block scheduled): in the
+public A100 tables the fixed cost of LL calls grows with the channels, alike for AllReduce and AllGather
+although their hop counts differ (``benchmarks/fidelity.py``). Across nodes LL runs at the
 ceiling of the host CPU's row of ``llMaxBws`` (:func:`autotaccl.model.protocols.ll_scale`).
 """
 from __future__ import annotations

@@ -109,7 +109,7 @@ class _Param:
 
 
 OFFSET_UNIT = 10.0        # µs per unit of the launch offset's x
-CHANNEL_LAUNCH_MOST = 3.0  # µs per channel: 72 µs on 24 channels, 3x the A100 tables' fits (0.1-1 µs)
+CHANNEL_LAUNCH_MOST = 3.0  # µs per channel: well above the public tables' fits (benchmarks/fidelity.py)
 SLOWER = (0.8, 0.6)       # further starts for the tree's and NVLS's efficiency, as shares of the profile's
 
 

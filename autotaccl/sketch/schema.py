@@ -294,8 +294,8 @@ def default_sketch(graph: nx.DiGraph, collective: str | Collective | None = None
 
     Switch hardware declares its switches (uc-min); multi-node sketches relay through the GPUs
     nearest each NIC: with one GPU per NIC, or GPUs that share NICs on one switch (DGX-2), every GPU
-    talks to its peer (direct-map), the rails the greedy engine builds (``synth.rails``; DGX-2 x 2
-    AllGather at 1 GiB: 93.9% of the attainable bound against 62.6% with the pattern below); with one
+    talks to its peer (direct-map), the rails the greedy engine builds (``synth.rails``; faster than the
+    pattern below there: ``benchmarks/synthesis.py``); with one
     NIC for a node without a switch (NDv2), the NIC's first near GPU sends to the last one of every
     other node and carries its NIC-mates' chunks out, its own first (TACCL's sk1-ndv2 pattern).
     """

@@ -247,7 +247,7 @@ def _restricted_lp(columns, roots, load_of, rate, links):
     """Weights and ratio of the best packing of these columns, with the row prices and root duals.
 
     Variables: the column weights, the ratio, the busiest link's load (weighed ``LINK_WEIGHT``). Solved
-    by highspy directly (scipy's ``linprog`` wraps the same HiGHS, but importing it costs 0.4 s a process)."""
+    by highspy directly (scipy's ``linprog`` wraps the same HiGHS, but importing scipy is slow)."""
     import highspy
     import numpy as np
     from scipy.sparse import coo_matrix, vstack

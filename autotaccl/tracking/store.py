@@ -1,9 +1,9 @@
 """MLflow tracking for sweeps: one experiment per target, a parent run per sweep, a child run per trial.
 
-Measured on this machine (ecosystem.md §2): a fresh SQLite store takes seconds to create and races when
-several processes create it, so the driver creates the store and the experiments once and workers only
-log into them, by experiment id (never ``set_experiment``). A child run is written with one
-``log_batch`` (4x faster than per-value calls). Per-size values are logged twice: one metric key per size
+A fresh SQLite store is slow to create and races when several processes create it (ecosystem.md §2), so
+the driver creates the store and the experiments once and workers only log into them, by experiment id
+(never ``set_experiment``). A child run is written with one ``log_batch``, much faster than per-value
+calls (the figure: ``benchmarks/results/cluster_load.md``, carried over). Per-size values are logged twice: one metric key per size
 (``busbw_GBps.1048576``), because ``search_runs`` shows only the last step of a key, and one key per
 quantity with step = log2(bytes) (``busbw_GBps`` at step 20), which MLflow's charts draw as a curve.
 """

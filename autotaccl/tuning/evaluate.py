@@ -55,8 +55,9 @@ def synth_options(settings: Settings, time_limit: float | None = None, unmeasure
 
     The greedy engine (seconds a synthesis) chooses for the protocol and instances the trial's files run with
     (:func:`run_settings`; Simple x 1 for those the runner cannot tell apart) among what msccl-executor, whose
-    XML every exported band needs, loads run that way: synthesized for Simple x 1, an AllReduce on two
-    DGX-H100 at 512 KiB runs LL x 4 in 33.2 µs, synthesized for LL x 4 in 25.4. The MILP's stages take
+    XML every exported band needs, loads run that way: a schedule synthesized for Simple x 1 runs slower under
+    another protocol and instance count than one synthesized for them (``benchmarks/synthesis.py``, which
+    synthesizes for each). The MILP's stages take
     minutes, so one synthesis (Simple x 1) serves every protocol and instance count of a sketch."""
     options: dict[str, Any] = {"engine": settings.engine, "size": settings.synth_size, "threads": 1}
     if settings.engine == "greedy":

@@ -141,8 +141,7 @@ def _build_fitting(expanded: Algorithm, uses: Uses, channels, origin, opts: Lowe
     as NCCL's rings do; c numbered as in the algorithm: an instance's chunks all have one residue modulo
     the instance count), for the smallest k that fits. Splitting a thread block's chunks never merges
     steps, so k starts above the busiest block's steps over the limit: at exactly the limit the
-    dependencies' nops would push it over (a 16-piece AllReduce on two DGX-A100 at x4: 128 steps on 64
-    per block, 2 copies fail after three builds, 5.4 s, 3 copies load at once)."""
+    dependencies' nops would push it over, and each failed build costs a whole lowering."""
     base = 1 + max(channels, default=0)
     chunkup = expanded.collective.chunkup // opts.instances
     within = [original_chunk(min(t.chunks), chunkup, opts.instances) for t in expanded.transfers]
