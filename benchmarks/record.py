@@ -3,8 +3,9 @@ commit and the machine, in ``benchmarks/results/<name>.md``.
 
 Each benchmark ends with ``record.main(main)``: the helper takes ``--write`` off the command line (so the
 benchmark's own parser never sees it), tees standard output while ``main`` runs and, when asked, writes the
-file only once ``main`` has returned (a benchmark that fails leaves the last good results in place). Those
-files are where measured figures live; library docstrings name the benchmark, not its numbers.
+file only once ``main`` has returned (a benchmark that fails leaves the last good results in place), keeping
+the file's figures carried over from the code (``CARRIED``). Those files are where measured figures live;
+library docstrings name the benchmark, not its numbers.
 """
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ from typing import Callable
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FLAG = "--write"
+#: a results file's section of figures that stood in library docstrings before they moved here: kept when the
+#: benchmark rewrites the file, until a run of the benchmark measures them again and someone drops it
+CARRIED = "## Carried over from the code"
 HELP = f"  {FLAG}  also record this output, the commit and the machine in benchmarks/results/<name>.md"
 
 
@@ -82,6 +86,8 @@ def main(run: Callable[[], int | None], argv: list[str] | None = None) -> None:
     if write and not status:
         RESULTS.mkdir(exist_ok=True)
         path = RESULTS / f"{name}.md"
-        path.write_text(results_page(name, sys.argv[1:], tee.text.getvalue()))
+        old = path.read_text() if path.is_file() else ""
+        carried = old[old.index(CARRIED):] if CARRIED in old else ""
+        path.write_text(results_page(name, sys.argv[1:], tee.text.getvalue()) + ("\n" + carried if carried else ""))
         print(f"wrote {path.relative_to(RESULTS.parent.parent)}")
     sys.exit(status)
