@@ -99,25 +99,18 @@ def sliced_rails(lt: LogicalTopology) -> Iterator[Algorithm]:
     """A reduction's rail trees in pieces on one channel (the instances fill the links): the most pieces the
     transfer budget allows, then (a ReduceScatter's beyond one slice) five sixths of them, then half as many
     and half again down to two, for a runtime that loads fewer transfers.
+    * One slice per root: up to ``ONE_SLICE_REDUCTION_PIECES`` pieces in dependency order, so that they
+      follow each other up the chain of sums; across more than two nodes fanned first (each other node's
+      part of a root's sum crosses once, on its own rail: :func:`~autotaccl.synth.rails.rail_trees`).
+    * Larger, across nodes: up to ``MAX_SLICED_PIECES`` (none below ``MIN_PIECE_BYTES``), listed local first
+      so that each step sums what the NICs send first; a ReduceScatter's tapered from ``TAPER_FROM`` pieces
+      (:func:`piece_sizes`) and fanned up to ``MAX_SHALLOW_NODES`` nodes, an AllReduce's across more than two
+      nodes by dependency depth.
+    * Hundreds of GPUs: a piece per slice within ``MAX_SCALE_TRANSFERS``, listed by the chain still ahead
+      (``order`` "critical"), so that the NICs never wait behind leaf sums needed much later.
 
-    * One slice per root: up to ``ONE_SLICE_REDUCTION_PIECES`` pieces, on one node too, in dependency order,
-      so that the pieces follow each other up the chain of sums; across more than two nodes fanned first
-      (:func:`~autotaccl.synth.rails.rail_trees`: each other node's part of a root's sum crosses once, on its
-      own rail), their reduces in the order their sources are ready, then plain.
-    * Larger, across nodes: as many pieces as the budget allows (at most ``MAX_SLICED_PIECES``, none below
-      ``MIN_PIECE_BYTES``), the spilled trees where they spill, listed local first, so that each step sums
-      what the NICs send before what stays on the root's node. A ReduceScatter's are tapered from
-      ``TAPER_FROM`` pieces on (:func:`piece_sizes`: the NICs start sooner and the last in-node sums are
-      short) and fanned across three to ``MAX_SHALLOW_NODES`` nodes; an AllReduce's across more than two
-      nodes are listed by dependency depth instead.
-    * Hundreds of GPUs, where ``MAX_TRANSFERS`` leaves fewer than two pieces: a piece per slice within
-      ``MAX_SCALE_TRANSFERS``, listed by the chain of transfers still ahead (``order`` "critical"), so that
-      the NICs do not wait behind leaf sums they need much later.
-
-    ``benchmarks/synthesis.py`` shows where each wins (``benchmarks/results/synthesis.md``).
-
-    Raises NotApplicable for an AllGather, beyond one slice on one node, and where a root's data makes fewer
-    than two pieces."""
+    Where each wins: ``benchmarks/synthesis.py``. Raises NotApplicable for an AllGather, beyond one slice
+    on one node, and for fewer than two pieces."""
     halves, coll = _halves(lt), lt.collective
     per_root = lt.chunk_bytes * coll.chunkup
     one_slice = _one_slice(lt)
