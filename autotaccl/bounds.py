@@ -21,6 +21,13 @@ All bounds read the topology's capacity graph (GPUs, switches, NICs; arcs with `
   ``algbw = 1 / tau``.
 * Broadcast: ``min over v of maxflow(root -> v)``.
 
+* With in-switch reduction (a profile whose ``nccl.nvls`` lets the switch reduce and multicast,
+  :func:`switch_bounds`): the flow bounds of AllGather and ReduceScatter already let every vertex copy
+  and combine, switches included, so they stay. AllReduce no longer needs the RS + AG composition
+  inside a switch's group: every GPU must still send and receive ``S`` (each output depends on each
+  input), so its ports bound it at ``S / rate``, and the network still carries the composition, which
+  the same flow computation gives with the switch's ports made free.
+
 ``bound_time_us(b, size)`` combines both: ``max(latency, size / algbw)``; ``bound_algbw`` is its bandwidth.
 
 ``efficiency`` (link class -> share of the line rate a transfer moves at) derates every arc before the
@@ -65,6 +72,55 @@ def bounds(graph: nx.DiGraph, collective_name: str, efficiency: Mapping[str, flo
         _CACHE[key] = _compute(graph, name, dict(derate), hops)
         log.debug("bounds %s %s: %s", key[0], name, _CACHE[key])
     return _CACHE[key]
+
+
+SWITCH_COLLECTIVES = ("allreduce", "reducescatter", "allgather")
+_FREE = 1e12       # GB/s: an arc no cut is ever bound by
+
+
+def switch_bounds(graph: nx.DiGraph, collective_name: str, efficiency: Mapping[str, float] | None = None,
+                  hop_us: tuple[float, float] = (0.0, 0.0), switch_efficiency: float = 1.0) -> Bounds | None:
+    """:func:`bounds` when the switch may reduce and multicast (module docstring), its GPU ports further
+    derated by ``switch_efficiency``; None where the profile's switch cannot (no ``nccl.nvls``) or for
+    another collective."""
+    name = canonical_name(collective_name)
+    profile = graph.graph.get("profile")
+    if name not in SWITCH_COLLECTIVES or profile is None or profile.nccl.nvls is None or not profile.switches:
+        return None
+    today = bounds(graph, name, efficiency, hop_us)
+    if name != "allreduce":
+        return today
+    key = ("switch", graph.graph.get("name"), _fingerprint(graph), tuple(sorted((efficiency or {}).items())),
+           tuple(hop_us), switch_efficiency)
+    if key not in _CACHE:
+        _CACHE[key] = Bounds(_switch_allreduce(graph, efficiency or {}, switch_efficiency), today.latency_us)
+    return _CACHE[key]
+
+
+def _switch_allreduce(graph: nx.DiGraph, efficiency: Mapping[str, float], switch_efficiency: float) -> float:
+    """The AllReduce algbw ceiling with in-switch reduction: the least of every GPU's ports (``S`` each
+    way) and of the RS + AG composition over the graph with the switches' ports free."""
+    cap = capacity_graph(graph).copy()
+    classes = {s.link_class for s in graph.graph["profile"].switches}
+    gpus = sorted(graph.nodes)
+    members = set(gpus)
+    ports_of_switches = []
+    for u, v, d in cap.edges(data=True):
+        cls = d.get("link_class") or ""
+        d["capacity"] *= efficiency.get(cls, 1.0)
+        if cls in classes and (u in members) != (v in members):
+            d["capacity"] *= switch_efficiency
+            ports_of_switches.append((u, v))
+    free = cap.copy()
+    for u, v in ports_of_switches:
+        free.edges[u, v]["capacity"] = _FREE
+    ports = min(min(sum(c for _, _, c in cap.out_edges(g, data="capacity")),
+                    sum(c for _, _, c in cap.in_edges(g, data="capacity"))) for g in gpus)
+    if graph.graph.get("nodes", 1) == 1:
+        return ports
+    ag = len(gpus) / _gather(free, gpus)
+    rs = len(gpus) / _gather(free.reverse(copy=True), gpus)
+    return min(ports, 1 / (1 / ag + 1 / rs))
 
 
 def bound_time_us(b: Bounds, size: float) -> float:

@@ -13,7 +13,8 @@ choice (``algorithms=``/``protocols=``).
   profile's ``nccl.tree_efficiency`` (default NCCL's own 0.92, ``tuning.cc``).
 * ``nvls`` (one node with NVLink SHARP, the profile's ``nccl.nvls``): every GPU's port moves
   ``S*(1 + 1/n)`` bytes each way for AllReduce (reduce-scatter by multimem loads, all-gather by
-  multicast stores), ``S`` for AllGather/ReduceScatter, at the switch rate times ``nvls.efficiency``.
+  multicast stores), ``S`` for AllGather/ReduceScatter, in the simulator's multimem steps
+  (:func:`autotaccl.simulate.simulate_switch`, :mod:`autotaccl.model.switch`), on the NVLS channels.
 * ``nvls_tree`` (AllReduce across nodes with NVLS): NVLS inside the node, the tree's traffic on the NICs.
 * ``p2p`` (AllToAll, NCCL's grouped send/receive): every rank sends straight to every other over
   ``nccl.p2p_channels_per_peer`` channels per peer, with LL up to ``P2P_LL_BYTES`` per peer, else Simple.
@@ -41,6 +42,7 @@ from .baselines import MAX_DISTINCT, baseline, ways_through_node
 from .errors import InputError
 from .model.collectives import canonical_name, make_collective
 from .model.protocols import Nvls, Protocol, across_nodes, canonical_protocol, ll_scale
+from .model.switch import SwitchPort, multimem_us, port_share
 from .model.topology import is_network_arc, num_ranks
 from .simulate import Costs, algorithm_costs
 
@@ -55,7 +57,6 @@ SIMPLE_ONLY = ("nvls", "nvls_tree")
 TREE_PASSES = 2
 THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
 THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
-NVLS_CHANNELS = 16            # NCCL_NVLS_NCHANNELS default on Hopper (enqueue.cc: "NVLS should not need more than 16")
 P2P_LL_BYTES = 16 << 10       # NCCL_P2P_LL_THRESHOLD: send/receive of at most this many bytes per peer use LL
 _ALIASES = {"nvlstree": "nvls_tree", "nvls-tree": "nvls_tree", "collnetdirect": "collnet", "collnetchain": "collnet",
             "collnet_direct": "collnet", "collnet_chain": "collnet", "sendrecv": "p2p"}
@@ -140,10 +141,12 @@ class Candidate:
     switch_class: str = ""
     switch_rate: float = 0.0     # GB/s line rate of a GPU's switch port
     share: float = 1.0           # nvls: bytes per port and direction per byte of size
+    nodes: int = 1
+    heads: int = 1               # nvls: the GPUs of a switch group (each owns a slice)
 
     def channels(self, size: float, terms: Terms) -> int:
         if self.kind == "nvls":
-            return NVLS_CHANNELS
+            return terms.nvls.channels_on(self.nodes)
         if self.algorithm == "p2p":
             return terms.p2p_channels_per_peer
         return nccl_channels(size, terms.channels, self.algorithm, self.protocol, self.ranks)
@@ -153,11 +156,11 @@ class Candidate:
 
     def _run_us(self, size: float, terms: Terms) -> float:
         proto = terms.protocol(self.protocol)
-        if self.kind == "nvls":
-            nvls = terms.nvls
-            port = self.switch_rate * 1e3 * terms.efficiency.get(self.switch_class, 1.0) * nvls.efficiency
-            intra = size * self.share / port
-            latency = nvls.latency_us
+        if self.kind == "nvls":                    # the simulator's multimem model at the terms' NVLS
+            port = SwitchPort.of(self.switch_rate, terms.efficiency.get(self.switch_class, 1.0), terms.nvls,
+                                 self.nodes, self.heads)
+            intra = multimem_us(size * self.share, size, port)
+            latency = terms.nvls.latency_us
             if self.net_costs is not None:         # nvls_tree: the tree's hops and NIC traffic across nodes
                 latency += self.net_costs.net_hops * proto.net_hop_us + self.net_costs.net_alpha_us
                 intra = max(intra, _net_bandwidth(self.net_costs, size, proto, terms.efficiency))
@@ -216,11 +219,12 @@ def candidates(graph: nx.DiGraph, collective: str, algorithms: Iterable[str] | N
             if "Simple" not in protos:
                 notes.append(f"{algo}: runs the Simple protocol only")
                 continue
-            share = {"allreduce": 1 + 1 / gpn}.get(name, 1.0)
+            share = port_share(name, gpn)
             net = _schedule_costs(graph, name, "tree", max(1, min(ways_through_node(graph), MAX_DISTINCT)), "Simple") \
                 if algo == "nvls_tree" else None
             out.append(Candidate(algo, "Simple", "nvls", net_costs=net, ranks=ranks, switch_class=switch.link_class,
-                                 switch_rate=profile.link_classes[switch.link_class].bandwidth_GBps, share=share))
+                                 switch_rate=profile.link_classes[switch.link_class].bandwidth_GBps, share=share,
+                                 nodes=nodes, heads=len(switch.gpus)))
             continue
         if algo == "p2p":
             base, distinct = "direct", 1

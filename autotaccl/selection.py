@@ -19,8 +19,9 @@ from typing import Callable, Iterable
 
 import networkx as nx
 
-from .bounds import bound_time_us, bounds
+from .bounds import bound_time_us, bounds, switch_bounds
 from .model.algorithm import Algorithm
+from .model.switch import PROTOCOL as SWITCH_PROTOCOL
 from .simulate import SimResult, link_efficiency, protocol_terms, simulate, simulate_below
 
 log = logging.getLogger(__name__)
@@ -111,25 +112,35 @@ def fastest(candidates: Iterable[Candidate], graph: nx.DiGraph, size: int, *, ma
         timings[k] = replace(best, refused=problem)
 
 
-def attainable_us(graph: nx.DiGraph, collective: str, size: float, protocol: str | None = None) -> float:
+def attainable_us(graph: nx.DiGraph, collective: str, size: float, protocol: str | None = None,
+                  switch: bool = True) -> float:
     """The least simulated time (µs) of any ``collective`` algorithm at ``size``: the protocol's launch plus
     the bound on ``graph`` with every arc at ``capacity * link efficiency * protocol efficiency`` and every
     edge's latency plus the protocol's per-step term (the simulator's rates and latencies), so an algorithm
-    that keeps the busiest cut full reaches it at large sizes."""
+    that keeps the busiest cut full reaches it at large sizes. Where the profile's switch reduces and
+    multicasts (``nccl.nvls``) and the protocol moves data through it (Simple), the bound with in-switch
+    reduction (:func:`autotaccl.bounds.switch_bounds`, its ports at the NVLS efficiency) counts too, unless
+    ``switch`` is False (the bound of algorithms that only copy between GPUs)."""
     proto = protocol_terms(graph, protocol)
     classes = {d.get("link_class") or "" for _, _, d in graph.graph["capacity"].edges(data=True)}
     efficiency = link_efficiency(graph)
     derate = {c: efficiency.get(c, 1.0) * proto.efficiency for c in classes}
-    return proto.launch_us + bound_time_us(bounds(graph, collective, derate, proto.hops), size)
+    bound = bound_time_us(bounds(graph, collective, derate, proto.hops), size)
+    profile = graph.graph.get("profile")
+    if switch and proto.name == SWITCH_PROTOCOL and profile is not None and profile.nccl.nvls is not None:
+        switch = switch_bounds(graph, collective, derate, proto.hops, profile.nccl.nvls.efficiency)
+        if switch is not None:
+            bound = min(bound, bound_time_us(switch, size))
+    return proto.launch_us + bound
 
 
 def share_of_bound(algorithm: Algorithm, graph: nx.DiGraph, size: int, protocol: str | None = None,
-                   instances: int = 1) -> float:
+                   instances: int = 1, switch: bool = True) -> float:
     """``attainable_us / simulated time`` at ``size`` run with ``protocol`` and ``instances`` (1.0: at the
-    bound; 0.0 if the simulator fails)."""
+    bound; 0.0 if the simulator fails); ``switch`` as :func:`attainable_us`."""
     try:
         time_us = simulate(algorithm, graph, size, protocol, instances).time_us
     except RuntimeError as err:
         log.warning("the simulator failed on %s (%s)", algorithm.name, err)
         return 0.0
-    return attainable_us(graph, algorithm.collective.name, size, protocol) / time_us
+    return attainable_us(graph, algorithm.collective.name, size, protocol, switch) / time_us

@@ -45,9 +45,12 @@ from typing import Iterable, Mapping
 
 import networkx as nx
 
+from .errors import InputError
 from .gcpause import gc_paused
 from .model.algorithm import Algorithm, Transfer
+from .model.collectives import canonical_name, make_collective
 from .model.dependencies import transfer_dependencies
+from .model.switch import PROTOCOL as SWITCH_PROTOCOL, multimem_us, port_share, switch_port
 from .model.protocols import (PROTOCOLS, Protocol, across_nodes, canonical_protocol, default_protocols,
                               edge_latency, is_net, ll_scale)
 
@@ -100,6 +103,27 @@ def simulate(algorithm: Algorithm, graph: nx.DiGraph, size: int, protocol: str |
              instances: int = 1) -> SimResult:
     """Simulated time and nccl-tests bandwidths of ``algorithm`` on ``graph`` at nccl-tests size ``size``."""
     return _run(_plan(algorithm, graph, protocol, instances), algorithm, size)
+
+
+SWITCH_COLLECTIVES = ("allreduce", "reducescatter", "allgather")
+
+
+def simulate_switch(graph: nx.DiGraph, collective: str, size: int, protocol: str | None = None) -> SimResult:
+    """The switch's own ``collective`` on one node (NVLS: multimem load-reduce of every GPU's slice and/or
+    multimem store of it, :mod:`autotaccl.model.switch`) at nccl-tests size ``size``: the call's latency
+    plus the lanes' steps. Only Simple moves data through the switch."""
+    name = canonical_name(collective)
+    if canonical_protocol(protocol or SWITCH_PROTOCOL) != SWITCH_PROTOCOL:
+        raise InputError("--protocol", str(protocol), f"{SWITCH_PROTOCOL} (multimem operations move no LL lines)")
+    profile, nodes = graph.graph["profile"], graph.graph["nodes"]
+    port = switch_port(profile, nodes)
+    if port is None or nodes != 1 or name not in SWITCH_COLLECTIVES:
+        raise InputError("--collective", name, f"one of {', '.join(SWITCH_COLLECTIVES)} on one node of a profile "
+                                               "whose switch reduces (nccl.nvls)")
+    gpn = graph.graph["gpus_per_node"]
+    time = port.nvls.latency_us + multimem_us(size * port_share(name, gpn), size, port)
+    algbw = size / time / 1e3
+    return SimResult(int(size), time, algbw, algbw * make_collective(name, gpn).busbw_factor)
 
 
 def floor_us(algorithm: Algorithm, graph: nx.DiGraph, size: int, protocol: str | None = None,

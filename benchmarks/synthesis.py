@@ -4,7 +4,8 @@ Default: issue 14's table. Per configuration (item 1's targets, the new fabrics 
 256/512-GPU DGX-H100 behind ``--scale``) and engine, one child process synthesizes for 1 MiB and for 1 GiB and
 reports: seconds (the slower of the two), peak memory (the child's ``ru_maxrss``), the share of the bound
 (``autotaccl.bounds``) at 1 GiB and of the bound the simulator can reach at all (``selection.attainable_us``:
-the bound with the profile's link and protocol efficiencies, plus the launch), the attainable bound over the
+the bound with the profile's link and protocol efficiencies, plus the launch; of copies between GPUs, and
+beside it with in-switch reduction where the profile's switch has it, ``nccl.nvls``), the attainable bound over the
 chosen schedule's floor at 1 GiB (``simulate.floor_us``: the busiest arc's and connection's bytes and the
 longest dependency chain, what its load allows; the gap down to the simulated share is lost to pipelining and
 contention), the time at 1 MiB over the larger of the latency bound and the bandwidth-bound time (and over the
@@ -173,9 +174,10 @@ def measure(hardware: str, nodes: int, collective: str, engine: str, time_limit:
     floor, run, out["instances_1G"] = min(((*simulate_below(a, graph, G, math.inf, "Simple", i), i)
                                            for i, a in gib if a is not None),
                                           key=lambda timed: timed[1].time_us)
-    ours, attainable = run.time_us, attainable_us(graph, collective, G)
+    ours, attainable = run.time_us, attainable_us(graph, collective, G, switch=False)
     out["pct_bound_1G"] = 100 * bound_time_us(limits, G) / ours
     out["pct_attainable_1G"] = 100 * attainable / ours
+    out["pct_switch_1G"] = 100 * attainable_us(graph, collective, G) / ours
     out["pct_floor_1G"] = 100 * attainable / floor
     out["nccl_speedup_1G"] = nccl[G] / ours
     # 1 MiB: synthesized for each run, as synth --protocol --instances does (the scale rows: once,
@@ -189,7 +191,7 @@ def measure(hardware: str, nodes: int, collective: str, engine: str, time_limit:
                                       for run, algorithm in runs.items() if algorithm is not None)
     out["runs_1M"] = f"{protocol} x{instances}"
     out["over_bound_1M"] = ours / bound_time_us(limits, M)
-    out["over_attainable_1M"] = ours / min(attainable_us(graph, collective, M, p) for p in PROTOCOLS)
+    out["over_attainable_1M"] = ours / min(attainable_us(graph, collective, M, p, switch=False) for p in PROTOCOLS)
     out["nccl_speedup_1M"] = nccl[M] / ours
     out["peak_MiB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
@@ -231,9 +233,9 @@ def targets_table(args) -> None:
     configs += [(hw, n, c, None, False) for hw, n in FABRICS for c in COLLECTIVES]
     if args.scale:
         configs += [(hw, n, c, 95.0, True) for hw, n in SCALE for c in COLLECTIVES[:3]]
-    print("| config | GPUs | engine | status 1M / 1G | s | peak MiB | % bound 1G | % attainable 1G | floor % attainable 1G | 1M time / bound "
+    print("| config | GPUs | engine | status 1M / 1G | s | peak MiB | % bound 1G | % attainable 1G | % attainable with switch 1G | floor % attainable 1G | 1M time / bound "
           "| 1M time / attainable | x NCCL 1M | x NCCL 1G | targets |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for hw, n, c, quality, scale in configs:
         label = f"{hw}x{n} {c}"
         if args.only and args.only not in label:
@@ -241,11 +243,11 @@ def targets_table(args) -> None:
         for engine in args.engines.split(","):
             m = child(hw, n, c, engine, args.time_limit, args.timeout)
             if "error" in m:
-                print(f"| {label} | | {engine} | {m['error']} | | | | | | | | | | not met (no result) |")
+                print(f"| {label} | | {engine} | {m['error']} | | | | | | | | | | | not met (no result) |")
             else:
                 status = " / ".join(m["status"].values())
                 print(f"| {label} | {m['gpus']} | {engine} | {status} | {m['seconds']:.1f} | {m['peak_MiB']:.0f} | "
-                      f"{m['pct_bound_1G']:.1f} | {m['pct_attainable_1G']:.1f} (x{m['instances_1G']}) | {m['pct_floor_1G']:.1f} | {m['over_bound_1M']:.2f} | "
+                      f"{m['pct_bound_1G']:.1f} | {m['pct_attainable_1G']:.1f} (x{m['instances_1G']}) | {m['pct_switch_1G']:.1f} | {m['pct_floor_1G']:.1f} | {m['over_bound_1M']:.2f} | "
                       f"{m['over_attainable_1M']:.2f} ({m['runs_1M']}) | "
                       f"{m['nccl_speedup_1M']:.2f} | {m['nccl_speedup_1G']:.2f} | "
                       f"{'; '.join(verdicts(m, quality, scale))} |")

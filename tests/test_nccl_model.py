@@ -1,6 +1,8 @@
 """The NCCL model: hand-computed ring times, NCCL's channel rule, restrictions, and measured tables."""
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from autotaccl.errors import InputError
@@ -87,8 +89,12 @@ def test_nvls_needs_a_switch_that_has_it():
     with pytest.raises(InputError, match="no NVLS-capable switch"):
         nccl_model(a100, "allreduce", [GiB], ["nvls"])
     (row,) = nccl_model(h100, "allreduce", [8 * GiB], ["nvls"]).rows
-    # every port moves S(1 + 1/8) each way at 450 GB/s x 0.824 (link) x 0.85 (NVLS)
-    assert row.algbw == pytest.approx(8 * GiB / (25.0 + 8 * GiB * 9 / 8 / (450 * 0.824 * 0.85 * 1e3)) / 1e3)
+    # every port moves S(1 + 1/8) each way at 450 GB/s x 0.824 (link) x 0.96 (NVLS), in steps of 128 KiB on
+    # 16 channels x 8 GPUs, each step 7.8 us beyond its bytes
+    port = 8 * GiB * 9 / 8
+    steps = math.ceil(port / (16 * 8 * 128 * 1024))
+    assert row.algbw == pytest.approx(8 * GiB / (25.0 + port / (450 * 0.824 * 0.96 * 1e3) + steps * 7.8) / 1e3)
+    assert row.channels == 16
     notes = nccl_model(a100, "allgather", [GiB]).notes
     assert any("PAT" in n for n in notes) and any("CollNet" in n for n in notes)
 

@@ -15,16 +15,22 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from ..bounds import bounds
+    from ..bounds import bounds, switch_bounds
 
     collective = collective_arg(args.collective)
     graph = topology_from_args(args)
-    limit = bounds(graph, collective)
-    busbw = limit.algbw_GBps * make_collective(collective, num_ranks(graph)).busbw_factor
+    factor = make_collective(collective, num_ranks(graph)).busbw_factor
+    limit, switch = bounds(graph, collective), switch_bounds(graph, collective)
     if args.json:
         print_json({"collective": collective, "topology": graph.graph["name"], "algbw_GBps": limit.algbw_GBps,
-                    "busbw_GBps": busbw, "latency_us": limit.latency_us})
+                    "busbw_GBps": limit.algbw_GBps * factor, "latency_us": limit.latency_us,
+                    "switch": None if switch is None else {"algbw_GBps": switch.algbw_GBps,
+                                                           "busbw_GBps": switch.algbw_GBps * factor,
+                                                           "latency_us": switch.latency_us}})
     else:
         print(f"{collective} on {graph.graph['name']}: algbw <= {limit.algbw_GBps:.2f} GB/s "
-              f"(busbw <= {busbw:.2f}), latency >= {limit.latency_us:.2f} us")
+              f"(busbw <= {limit.algbw_GBps * factor:.2f}), latency >= {limit.latency_us:.2f} us")
+        if switch is not None:
+            print(f"  with in-switch reduction and multicast (nccl.nvls): algbw <= {switch.algbw_GBps:.2f} GB/s "
+                  f"(busbw <= {switch.algbw_GBps * factor:.2f}), latency >= {switch.latency_us:.2f} us")
     return 0

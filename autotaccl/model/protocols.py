@@ -31,6 +31,10 @@ _LL_MAX = {"volta": 39.0, "ampere": 87.7, "hopper": 141.0, "blackwell": 282.0}
 _LL128_CHANNEL = {"volta": 20.0, "ampere": 20.0, "hopper": 36.7, "blackwell": 40.0}
 _SIMPLE_CHANNEL = {"volta": 26.5, "ampere": 24.0, "hopper": 38.7, "blackwell": 70.0}
 _NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.74}
+# nvls.cc: NVLS channels (CTAs) per generation, on one node and on several (SM90 16; SM100 24 within one
+# NVLink domain, 32 across nodes) and NCCL_NVLS_CHUNKSIZE's default
+_NVLS_CHANNELS = {"hopper": (16, 16), "blackwell": (24, 32)}
+NVLS_CHUNK_BYTES = 128 << 10
 LL_CHANNELS = 24            # llMaxBws is a total; spread over the 24 channels NCCL opens on NVSwitch machines
 # tuning.cc llMaxBws across nodes: keyed on the host CPU's vendor (rows Intel / AMD), not the GPU, for 2 and
 # for 4 or more nodes (GB/s, a total like the one-node value)
@@ -87,14 +91,24 @@ def edge_latency(edge: Mapping[str, Any], hop_us: tuple[float, float] = (0.0, 0.
 
 @dataclass(frozen=True)
 class Nvls:
-    """NVLink SHARP (NVSwitch multicast and in-switch reduction, Hopper and later).
+    """NVLink SHARP: the switch reduces (multimem load-reduce) and multicasts (multimem store).
 
-    ``efficiency``: the share of the NVLink rate an NVLS transfer reaches (tuning.cc
-    ``nvlsEfficiency``); ``latency_us``: NCCL's NVLS latency (its per-step NVLink latency for NVLS).
+    ``efficiency``: the share of a GPU's switch port (after the link's own efficiency) multimem traffic
+    reaches; ``latency_us``: a call's fixed cost (tuning.cc's NVLS NVLink latency); ``op_us``: what one
+    multimem step of one chunk costs beyond its bytes (its synchronisation); ``channels``: the thread
+    blocks NCCL runs it on, on one node and on several (nvls.cc); ``chunk_bytes``: the largest chunk one
+    step moves (``NCCL_NVLS_CHUNKSIZE``; smaller calls use smaller chunks, :func:`autotaccl.model.switch.nvls_chunk`).
     """
 
     efficiency: float = 0.85
     latency_us: float = 25.0
+    op_us: float = 0.0
+    channels: tuple[int, int] = (16, 16)
+    chunk_bytes: int = NVLS_CHUNK_BYTES
+
+    def channels_on(self, nodes: int) -> int:
+        """NCCL's NVLS channel count on ``nodes`` nodes."""
+        return self.channels[nodes > 1]
 
 
 @dataclass(frozen=True)
@@ -146,7 +160,7 @@ def across_nodes(proto: Protocol, scale: float) -> Protocol:
 
 def default_nvls(gpu: str) -> Nvls | None:
     """NVLS as NCCL models it for ``gpu`` (None before Hopper)."""
-    return Nvls(_NVLS_EFFICIENCY[gpu]) if gpu in _NVLS_EFFICIENCY else None
+    return Nvls(_NVLS_EFFICIENCY[gpu], channels=_NVLS_CHANNELS[gpu]) if gpu in _NVLS_EFFICIENCY else None
 
 
 def canonical_protocol(name: Any, source: str = "--protocol") -> str:
@@ -220,10 +234,19 @@ def read_nccl(r, data: Any, gpu: str, has_switch: bool) -> NcclSettings:
         else:
             if not has_switch:
                 raise r.fail("nccl.nvls", "false (NVLS needs an NVSwitch: the profile has no switches)")
-            g = _Fields(r, "nccl.nvls", {} if spec is True else spec, ("efficiency", "latency_us"))
+            g = _Fields(r, "nccl.nvls", {} if spec is True else spec,
+                        ("efficiency", "latency_us", "op_us", "channels", "chunk_bytes"))
             base = nvls or Nvls()
+            lanes = base.channels
+            if "channels" in g.spec:
+                value = g.spec["channels"]
+                value = value if isinstance(value, list) else [value, value]
+                if len(value) != 2:
+                    raise r.fail("nccl.nvls.channels", "a whole number, or [one node, several nodes]")
+                lanes = tuple(r.integer(v, "nccl.nvls.channels", 2, 64) for v in value)
+            chunk = r.integer(g.spec.get("chunk_bytes", base.chunk_bytes), "nccl.nvls.chunk_bytes", 4096, 1 << 30)
             nvls = Nvls(g.number("efficiency", base.efficiency, allow_zero=False, most=1.0),
-                        g.number("latency_us", base.latency_us))
+                        g.number("latency_us", base.latency_us), g.number("op_us", base.op_us), lanes, chunk)
     tree = f.number("tree_efficiency", TREE_EFFICIENCY, allow_zero=False, most=1.0)
     cpu = f.spec.get("cpu", "intel")
     if cpu not in CPUS:
@@ -240,4 +263,6 @@ def nccl_to_dict(nccl: NcclSettings) -> dict:
     return {"channels": nccl.channels, "p2p_channels_per_peer": nccl.p2p_channels_per_peer,
             "protocols": list(nccl.protocols), "tree_efficiency": nccl.tree_efficiency, "cpu": nccl.cpu,
             "channel_launch_us": nccl.channel_launch_us,
-            "nvls": False if nccl.nvls is None else {"efficiency": nccl.nvls.efficiency, "latency_us": nccl.nvls.latency_us}}
+            "nvls": False if nccl.nvls is None else {"efficiency": nccl.nvls.efficiency, "latency_us": nccl.nvls.latency_us,
+                                                   "op_us": nccl.nvls.op_us, "channels": list(nccl.nvls.channels),
+                                                   "chunk_bytes": nccl.nvls.chunk_bytes}}

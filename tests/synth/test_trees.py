@@ -474,7 +474,7 @@ def test_on_two_dgx_h100_the_readiness_order_makes_the_allreduce_faster_and_the_
     lt = logical_topology(g, "allreduce", default_sketch(g, "allreduce"), G)
     depth, ready = orders(lt, list(rail_schedules(lt))[1][1])
     assert simulate(ready, g, G).time_us < simulate(depth, g, G).time_us
-    assert simulate(ready, g, G).time_us <= attainable_us(g, "allreduce", G) / 0.97
+    assert simulate(ready, g, G).time_us <= attainable_us(g, "allreduce", G, switch=False) / 0.97
     algorithm = greedy(lt, G)
     assert algorithm.metadata["order"] == "readiness" and algorithm.transfers == ready.transfers
 
@@ -632,7 +632,7 @@ def test_across_more_than_two_nodes_an_allreduces_slices_are_listed_by_dependenc
     local = forest_module._schedule(lt, packs, "rails", pieces=6, nchannels=1, order="local first")
     assert Counter((t.src, t.dst, t.chunks, t.op) for t in variants[1].transfers) == \
         Counter((t.src, t.dst, t.chunks, t.op) for t in local.transfers)
-    attainable = attainable_us(g, "allreduce", G)
+    attainable = attainable_us(g, "allreduce", G, switch=False)
     assert simulate(variants[1], g, G, "Simple", 2).time_us <= attainable / 0.97 < \
         simulate(local, g, G, "Simple", 2).time_us
 
@@ -662,7 +662,7 @@ def test_at_one_slice_a_reductions_rails_come_in_pieces_and_the_engine_ships_wha
     assert runtime.problem(cut[8], "LL128", 4) and not runtime.problem(cut[4], "LL128", 4)
     shipped = greedy(lt, M, protocol="LL128", instances=4, admit=lambda a: runtime.problem(a, "LL128", 4))
     assert (shipped.metadata["strategy"], shipped.metadata["pieces"]) == ("rails", 4)
-    attainable = min(attainable_us(g, "allreduce", M, p) for p in ("LL", "LL128", "Simple"))
+    attainable = min(attainable_us(g, "allreduce", M, p, switch=False) for p in ("LL", "LL128", "Simple"))
     assert simulate(shipped, g, M, "LL128", 4).time_us <= 2 * attainable < time[1]
 
 
@@ -689,7 +689,7 @@ def test_a_one_slice_allreduce_on_more_than_two_nodes_comes_in_slices_fanned_the
     runtime = loader("msccl-executor")
     shipped = greedy(lt, M, protocol="LL", instances=7, admit=lambda a: runtime.problem(a, "LL", 7))
     assert algorithm_costs(shipped, g, "LL").net_hops == 2
-    attainable = min(attainable_us(g, "allreduce", M, p) for p in ("LL", "LL128", "Simple"))
+    attainable = min(attainable_us(g, "allreduce", M, p, switch=False) for p in ("LL", "LL128", "Simple"))
     assert simulate(shipped, g, M, "LL", 7).time_us <= 1.5 * attainable
     two = topo("dgx-a100", 2)
     pair = logical_topology(two, "allreduce", default_sketch(two, "allreduce"), M)

@@ -33,10 +33,11 @@ def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | 
     schedule in two list orders, then the rail trees and the optimal tree packing (:mod:`.forest`, for
     AllGather and its reductions; first on big configurations), then every baseline
     the sketch admits, so the engine never returns something slower than one of them. ``gap``: stop
-    looking once a candidate is within that share of the attainable bound (nothing can beat it by more).
+    looking once a candidate is within that share of the attainable bound of copies between GPUs (no
+    candidate moves data through the switch, so nothing can beat it by more).
     ``admit``: why the runtime cannot load a candidate (None: it can); only one it loads is chosen.
     """
-    enough = attainable_us(lt.graph, lt.collective.name, size, protocol) / (1 - gap) if gap else 0.0
+    enough = attainable_us(lt.graph, lt.collective.name, size, protocol, switch=False) / (1 - gap) if gap else 0.0
     best, timings = fastest(candidates(lt, batching, window), lt.graph, size, margin_us=EPS, enough_us=enough,
                             protocol=protocol, instances=instances, admit=admit)
     if best is None:
