@@ -1,135 +1,376 @@
-"""How many trials does the default sampler (TPE) need to get within 2% of the optimum, vs random sampling?
+"""Does the search learn? Samplers replayed on a lookup table of a shipped space, scored the way export picks.
 
-The space is small enough to enumerate: BruteForceSampler evaluates every configuration once (synthesis +
-simulation, exactly as `autotaccl tune` does), which gives the optimum and a lookup table; then each sampler
-runs on the table for several seeds until a trial is within TOLERANCE of the optimum.
+`autotaccl tune` exports, per size, the fastest trial. So a sweep is as good as its per-size best so far:
+its *quality* after n trials is the geometric mean over sizes of best-known time / best-so-far time (1.0 =
+every size has its best known algorithm). The best known per size is the best of the whole lookup table
+(the long reference run: its size and build cost are printed); the attainable bound per size is printed next
+to it.
 
-    .venv/bin/python benchmarks/search_efficiency.py [--space FILE] [--collective allgather] [--seeds 5]
+The table holds, per configuration, the simulated time at every size (or why it is infeasible). It is built
+once, synthesizing each distinct synthesis cache key once, and saved under ``--cache-dir``; the samplers then
+replay against it, with `tune`'s seeds enqueued first and its repeat handling, so a replay costs no
+synthesis. Trials whose configurations share a cache key are one evaluation ("distinct"). Configurations
+the table lacks are synthesized on demand and added to it, so a partial table only costs time.
+
+    .venv/bin/python benchmarks/search_efficiency.py --space dgx-a100x2 --collective allgather --seeds 30
+        [--trials 60] [--samplers random,tpe,...] [--build] [--out DIR] [--write]
+
+Only the greedy engine's part of a space is covered (``--engine greedy``, the default): an MILP synthesis
+takes minutes, too long to tabulate on a workstation.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import os
+import platform
 import statistics
+import subprocess
 import sys
-import tempfile
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import optuna
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autotaccl.tuning.cache import SynthesisCache  # noqa: E402
+from autotaccl.documents import read_document  # noqa: E402
+from autotaccl.errors import InfeasibleError, InputError  # noqa: E402
+from autotaccl.model.algorithm import VerificationError  # noqa: E402
+from autotaccl.model.topology import fingerprint  # noqa: E402
+from autotaccl.sizes import format_size  # noqa: E402
+from autotaccl.sketch import sketch_key  # noqa: E402
+from autotaccl.tuning.banded import BandedSampler  # noqa: E402
+from autotaccl.tuning.cache import SynthesisCache, cache_key  # noqa: E402
 from autotaccl.tuning.evaluate import score, simulate_times, size_results, synth_options, synthesize_cached  # noqa: E402
-from autotaccl.tuning.reference import compute_reference  # noqa: E402
 from autotaccl.tuning.explore import enqueue_unseen, is_repeat, stuck  # noqa: E402
-from autotaccl.tuning.sweep import make_sampler  # noqa: E402
+from autotaccl.tuning.reference import compute_reference  # noqa: E402
+from autotaccl.tuning.samplers import make_sampler  # noqa: E402
 from autotaccl.tuning.space import enumerate_space, load_space, params_to_sketch, sample, settings  # noqa: E402
+from autotaccl.tuning.space.schema import space_from_dict  # noqa: E402
+from autotaccl.tuning.study import seed as seed_study  # noqa: E402
 
-TOLERANCE = 0.02
-SPACE = {
-    "target": {"hardware": "ndv2", "nodes": 2, "collectives": ["allgather", "alltoall", "allreduce"]},
-    "sizes": "1K:64M:x8",
-    "fixed": {"engine": "greedy"},
-    "parameters": {
-        "internode_conn": {"type": "categorical", "choices": ["relay", "direct-map", "fully-connected"]},
-        "relay_map": {"type": "categorical", "choices": ["0:1", "1:0", "0:1,1:0", "0:0,1:1"],
-                      "when": {"internode_conn": "relay"}},
-        "enforce_ordering": {"type": "categorical", "choices": [False, True], "when": {"internode_conn": "relay"}},
-        "symmetry": {"type": "categorical", "choices": ["8/16", "none"]},
-        "chunkup": {"type": "int", "low": 1, "high": 4},
-    },
-}
+ROOT = Path(__file__).resolve().parents[1]
+GOALS = (0.02, 0.005)          # within 2% and 0.5% of the best known
+MILP_ONLY = ("ordering", "contiguity", "mip_gap")
 
 
-def key(params: dict) -> tuple:
-    return tuple(sorted(params.items()))
+def engine_part(name: str, engine: str):
+    """The shipped space ``name`` with ``engine`` fixed (its other engine's knobs and seeds dropped)."""
+    path = ROOT / "search_spaces" / f"{name}.yaml" if not Path(name).is_file() else Path(name)
+    data = read_document(path, "yaml")
+    params = data.get("parameters", {})
+    params.pop("engine", None)
+    if engine == "greedy":
+        for knob in MILP_ONLY:
+            params.pop(knob, None)
+    data["fixed"] = {**(data.get("fixed") or {}), "engine": engine}
+    data["seeds"] = [{k: v for k, v in s.items() if k != "engine"} for s in data.get("seeds", [])
+                     if s.get("engine", engine) == engine]
+    return space_from_dict(data, str(path), default_name=path.stem, base_dir=path.parent)
+
+
+def config_key(params: dict, space) -> str:
+    return json.dumps({k: v for k, v in sorted(params.items()) if k not in space.fixed})
+
+
+class Table:
+    """Configuration -> {cache key, per-size simulated times | infeasible reason}, on disk as JSON."""
+
+    def __init__(self, space, collective: str, cache_dir: Path) -> None:
+        self.space, self.collective = space, collective
+        self.graph = space.graph()
+        self.topology = fingerprint(self.graph)
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        self.path = cache_dir / f"{space.name}-{space.fixed['engine']}-{collective}-{self.topology}.json"
+        self.synth_cache = SynthesisCache(cache_dir / "synthesis")
+        self.rows: dict[str, dict] = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        self.ref = compute_reference(self.graph, collective, space.sizes, "sim")
+        self.new = 0
+        self.seconds = 0.0
+
+    def key_of(self, params: dict) -> str:
+        full = {**self.space.fixed, **params}
+        st = settings(self.space, full)
+        return cache_key(self.collective, sketch_key(params_to_sketch(self.space, full)), self.topology,
+                         synth_options(st))
+
+    def get(self, params: dict) -> dict:
+        k = config_key(params, self.space)
+        row = self.rows.get(k)
+        if row is None:
+            row = self.rows[k] = self._evaluate(params)
+            self.new += 1
+            if self.new % 25 == 0:
+                self.save()
+        return row
+
+    def _evaluate(self, params: dict) -> dict:
+        full = {**self.space.fixed, **params}
+        start = time.perf_counter()
+        try:
+            st = settings(self.space, full)
+            synth = synthesize_cached(self.graph, self.collective, params_to_sketch(self.space, full),
+                                      synth_options(st), self.synth_cache)
+        except (InfeasibleError, InputError, VerificationError) as err:
+            self.seconds += time.perf_counter() - start
+            return {"cache_key": self.key_of(params), "infeasible": str(err)[:300]}
+        times = simulate_times(synth.algorithm, self.graph, self.space.sizes, st.protocol, st.instances)
+        self.seconds += time.perf_counter() - start
+        return {"cache_key": synth.key, "times": times}
+
+    def save(self) -> None:
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp.write_text(json.dumps(self.rows))
+        tmp.replace(self.path)
+
+    def score(self, row: dict) -> float:
+        """The objective tune gives the sampler: geomean over sizes of time / best baseline."""
+        results = size_results(row["times"], self.ref, self.collective, self.graph.number_of_nodes(), simulated=True)
+        return score(results)
+
+    def relative(self, row: dict) -> list[float]:
+        """Time / best baseline per size (what the band objectives average)."""
+        return [t / self.ref.best(i, True)[1] for i, t in enumerate(row["times"])]
+
+
+# --------------------------------------------------------------------------- samplers under test
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    make: Callable[[int], Any]
+    bands: bool = False      # multi-objective: one geomean per size band (what the export picks per size)
+
+
+def bands_of(sizes) -> list[list[int]]:
+    """Size indices in three bands (small, middle, large)."""
+    n = len(sizes)
+    cut = [0, n // 3, 2 * n // 3, n]
+    return [list(range(cut[i], cut[i + 1])) for i in range(3)]
+
+
+def variants() -> dict[str, Variant]:
+    import optuna.samplers as s
+
+    return {v.name: v for v in (
+        Variant("random", lambda seed: s.RandomSampler(seed=seed)),
+        Variant("tpe-univariate", lambda seed: s.TPESampler(seed=seed, multivariate=False, constant_liar=True)),
+        Variant("tpe-mv", lambda seed: s.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=5,
+                                                     constant_liar=True)),
+        Variant("qmc", lambda seed: s.QMCSampler(seed=seed, scramble=True)),
+        Variant("tpe-bands", lambda seed: s.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=5,
+                                                        constant_liar=True), bands=True),
+        Variant("banded", lambda seed: None),          # built per space: it needs the sizes (replay)
+        Variant("default", lambda seed: make_sampler("tpe", seed)),
+    )}
+
+
+@dataclass
+class Run:
+    times: list[list[float] | None]   # per trial: simulated time per size (None: infeasible)
+    distinct: list[int]               # distinct cache keys evaluated after each trial
+
+    def quality(self, best: list[float]) -> list[float]:
+        """After each trial: geomean over sizes of best known / best so far (0 until one is feasible)."""
+        so_far = [math.inf] * len(best)
+        out = []
+        for times in self.times:
+            if times is not None:
+                so_far = [min(a, b) for a, b in zip(so_far, times)]
+            out.append(quality(so_far, best))
+        return out
+
+
+def replay(table: Table, variant: Variant, seed: int, trials: int) -> Run:
+    """One sweep of ``trials`` trials on the table, as tune runs it: seeds first, repeats handled."""
+    space = table.space
+    directions = ["minimize"] * 3 if variant.bands else ["minimize"]
+    sampler = BandedSampler(space.sizes, seed=seed) if variant.name == "banded" else variant.make(seed)
+    study = optuna.create_study(sampler=sampler, directions=directions)
+    seed_study(study, space, table.graph, table.collective)          # tune's seeds, as tune queues them
+    seen: set[str] = set()
+    run = Run([], [])
+    for n in range(trials):
+        trial = study.ask()
+        params = sample(trial, space)
+        if is_repeat(study, params, space) and stuck(study):                     # as tune's objective does
+            enqueue_unseen(study, space, seed=seed * 100_003 + n)
+        row = table.get({k: v for k, v in params.items() if k not in space.fixed})
+        seen.add(row["cache_key"])
+        if "times" not in row:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            run.times.append(None)
+        else:
+            if variant.bands:
+                rel = table.relative(row)
+                study.tell(trial, [math.exp(statistics.fmean(math.log(rel[i]) for i in band))
+                                   for band in bands_of(space.sizes)])
+            else:
+                trial.set_user_attr("results", [{"size": size, "relative": r}      # what banded reads
+                                                for size, r in zip(space.sizes, table.relative(row))])
+                study.tell(trial, table.score(row))
+            run.times.append(row["times"])
+        run.distinct.append(len(seen))
+    return run
+
+
+def quality(so_far: list[float], best: list[float]) -> float:
+    if any(math.isinf(t) for t in so_far):
+        return 0.0
+    return math.exp(statistics.fmean(math.log(b / t) for b, t in zip(best, so_far)))
+
+
+def first(curve: list[float], run: Run, goal: float) -> tuple[int, int] | None:
+    """(trials, distinct evaluations) until the quality is within ``goal`` of the best known."""
+    for i, q in enumerate(curve):
+        if q >= 1 / (1 + goal) - 1e-12:
+            return i + 1, run.distinct[i]
+    return None
+
+
+# --------------------------------------------------------------------------- output
+
+def median_or_none(values: list[int | None], cap: int) -> float:
+    """Median, counting a run that never got there as ``cap + 1`` (so the median is honest, marked '>')."""
+    return statistics.median(cap + 1 if v is None else v for v in values)
+
+
+def cell(value: float, cap: int) -> str:
+    return f">{cap}" if value > cap else f"{value:g}"
+
+
+def plot(curves: dict[str, list[list[float]]], title: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for name, cs in curves.items():
+        med = [statistics.median(1 - c[i] for c in cs) for i in range(len(cs[0]))]
+        ax.plot(range(1, len(med) + 1), [100 * m for m in med], label=name)
+    ax.axhline(100 * (1 - 1 / 1.02), color="k", ls="--", lw=0.8, label="2%")
+    ax.set_yscale("symlog", linthresh=0.5)
+    ax.set_xlabel("trials")
+    ax.set_ylabel("median regret, % (1 - best known / best so far)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def machine() -> str:
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    return (f"commit {commit}{' (with uncommitted changes)' if dirty else ''}, {platform.machine()} "
+            f"{platform.processor() or ''} {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"Optuna {optuna.__version__}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--space", help="search space YAML without float parameters (default: a built-in NDv2 x2 space)")
-    parser.add_argument("--collective", help="collective of the space (default: its first)")
-    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--space", action="append", help="shipped space name or file (repeatable; default "
+                                                         "dgx-a100x2 and dgx2x2)")
+    parser.add_argument("--collective", action="append", help="collective (repeatable; default allgather, allreduce)")
+    parser.add_argument("--engine", default="greedy", choices=["greedy", "milp"])
+    parser.add_argument("--seeds", type=int, default=30)
+    parser.add_argument("--trials", type=int, default=60, help="trials per replay")
+    parser.add_argument("--samplers", default="random,default,tpe-univariate,tpe-mv,tpe-bands,qmc")
+    parser.add_argument("--build", action="store_true", help="tabulate the whole space before replaying")
+    parser.add_argument("--cache-dir", default=os.environ.get("AUTOTACCL_BENCH_CACHE",
+                                                              str(Path.home() / ".cache" / "autotaccl-bench")))
+    parser.add_argument("--out", default="benchmarks/results/search_efficiency", help="plots go here")
+    parser.add_argument("--write", action="store_true", help="write benchmarks/results/search_efficiency.md")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-    with tempfile.TemporaryDirectory() as tmp:
-        if args.space:
-            space = load_space(args.space)
-        else:
-            import yaml
+    import logging
 
-            path = Path(tmp) / "space.yaml"
-            path.write_text(yaml.safe_dump(SPACE, sort_keys=False))
-            space = load_space(path)
-        collective = args.collective or space.collectives[0]
-        graph = space.graph()
-        ref = compute_reference(graph, collective, space.sizes, "sim")
-        cache = SynthesisCache(Path(tmp) / "cache")
-        total = len(enumerate_space(space))
-        table: dict[tuple, float] = {}
-
-        def evaluate(params: dict) -> float:
-            st = settings(space, params)
-            synth = synthesize_cached(graph, collective, params_to_sketch(space, params), synth_options(st), cache)
-            results = size_results(simulate_times(synth.algorithm, graph, space.sizes, st.protocol, st.instances),
-                                   ref, collective, graph.number_of_nodes(), simulated=True)
-            return score(results)
-
-        start = time.perf_counter()
-        brute = optuna.create_study(sampler=optuna.samplers.BruteForceSampler(seed=0))
-
-        def exhaustive(trial):
-            params = sample(trial, space)
-            value = evaluate(params)
-            table[key({k: v for k, v in params.items() if k not in space.fixed})] = value
-            return value
-
-        brute.optimize(exhaustive, n_trials=10 * total)
-        optimum = min(table.values())
-        print(f"space: {space.target_name} {collective}, {total} configurations; enumerated {len(table)} in "
-              f"{time.perf_counter() - start:.1f} s; optimum {optimum:.4f} (geomean time / best baseline)")
-        good = sum(v <= optimum * (1 + TOLERANCE) for v in table.values())
-        print(f"{good} configuration(s) within {TOLERANCE:.0%} of the optimum")
-
-        def trials_needed(sampler, explore: bool = True) -> tuple[int, int]:
-            """(trials, distinct configurations) until one is within TOLERANCE; repeats hit the synthesis
-            cache, so the distinct count is what a sweep pays in synthesis and measurement."""
-            study = optuna.create_study(sampler=sampler)
-            seen = set()
-            for n in range(1, 4 * total + 1):
-                trial = study.ask()
-                params = sample(trial, space)
-                if explore and is_repeat(study, params, space) and stuck(study):   # as the tune objective does
-                    enqueue_unseen(study, space, seed=n)
-                k = key({k: v for k, v in params.items() if k not in space.fixed})
-                seen.add(k)
-                study.tell(trial, table[k])
-                if table[k] <= optimum * (1 + TOLERANCE):
-                    return n, len(seen)
-            return 4 * total, len(seen)
-
-        rows = {}
-        variants = (("tpe (default)", lambda s: make_sampler("tpe", s), True),   # autotaccl: univariate + repeats
-                    ("tpe no-explore", lambda s: make_sampler("tpe", s), False),
-                    ("tpe optuna5", lambda s: optuna.samplers.TPESampler(seed=s), False),  # multivariate
-                    ("random", lambda s: optuna.samplers.RandomSampler(seed=s), False))
-        for name, make, explore in variants:
-            rows[name] = [trials_needed(make(seed), explore) for seed in range(args.seeds)]
-    print(f"\nto reach optimum+{TOLERANCE:.0%}: trials (distinct configurations evaluated), per seed")
-    print(f"{'sampler':<15} {'per seed':<58} {'median trials':>13} {'median distinct':>15} {'% of space':>10}")
-    for name, counts in rows.items():
-        trials = statistics.median(c[0] for c in counts)
-        distinct = statistics.median(c[1] for c in counts)
-        cells = " ".join(f"{t}({d})" for t, d in counts)
-        print(f"{name:<15} {cells:<58} {trials:>13.1f} {distinct:>15.1f} {100 * distinct / total:>9.1f}%")
-    tpe = statistics.median(c[1] for c in rows["tpe (default)"])
-    rnd = statistics.median(c[1] for c in rows["random"])
-    print(f"\nTPE / random (median distinct evaluations): {tpe / rnd:.2f}; goal TPE <= 25% of the space: "
-          f"{'met' if tpe <= 0.25 * total else 'NOT met'} ({tpe:.0f} of {total})")
+    logging.getLogger("autotaccl").setLevel(logging.ERROR)
+    chosen = [variants()[n] for n in args.samplers.split(",")]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [f"# Search efficiency (`benchmarks/search_efficiency.py`)", "",
+             f"{machine()}. Replays of {args.seeds} seeds x {args.trials} trials per sampler on lookup tables "
+             f"of the {args.engine} engine's part of each space (simulated times). Quality = geomean over sizes "
+             f"of best known / best so far, per size as export picks; 'to 2%' = trials (distinct cache keys) "
+             f"until quality >= 1/1.02; '>N' = not reached in N trials (counted as N+1 in medians).", ""]
+    for space_name in args.space or ["dgx-a100x2", "dgx2x2"]:
+        space = engine_part(space_name, args.engine)
+        for collective in args.collective or ["allgather", "allreduce"]:
+            lines += section(space, collective, args, chosen, out)
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.write:
+        (ROOT / "benchmarks" / "results" / "search_efficiency.md").write_text(text)
     return 0
+
+
+def section(space, collective: str, args, chosen: list[Variant], out: Path) -> list[str]:
+    table = Table(space, collective, Path(args.cache_dir))
+    configs = enumerate_space(space)
+    start = time.perf_counter()
+    if args.build:
+        for c in configs:
+            table.get(c)
+    runs = {v.name: [replay(table, v, s, args.trials) for s in range(args.seeds)] for v in chosen}
+    table.save()
+    wall = time.perf_counter() - start
+    best = best_times(table)          # the best of every row tabulated: the reference run
+    curves = {name: [r.quality(best) for r in rs] for name, rs in runs.items()}
+    feasible = [r for r in table.rows.values() if "times" in r]
+    keys = {r["cache_key"] for r in table.rows.values()}
+    within = sum(quality(r["times"], best) >= 1 / 1.02 for r in feasible)
+    bound = [s / b / 1e3 for s, b in zip(space.sizes, table.ref.bound_algbw)]   # µs at the bound's algbw
+    title = f"{space.target_name} {collective} ({args.engine})"
+    png = out / f"{space.name}-{collective}.png"
+    plot(curves, title, png)
+    covered = "the whole space" if len(table.rows) >= len(configs) else \
+        f"{len(table.rows)} of its {len(configs)} configurations (those any replay, ever, asked for)"
+    lines = [f"## {title}", "",
+             f"space: {len(configs)} configurations, {len({table.key_of(c) for c in configs})} distinct cache keys. "
+             f"Best known = best per size over the table: {covered}, {len(feasible)} feasible, {len(keys)} cache "
+             f"keys ({table.new} synthesized in this run, {table.seconds:.0f} s of synthesis + simulation; "
+             f"the run took {wall:.0f} s). {within} of {len(feasible)} tabulated configurations "
+             f"({100 * within / max(1, len(feasible)):.1f}%) are on their own within 2% of the best known.", "",
+             "| size | best known (µs) | attainable bound (µs) | bound / best |", "|---|---|---|---|"]
+    for size, b, lim in zip(space.sizes, best, bound):
+        lines.append(f"| {format_size(size)} | {b:.2f} | {lim:.2f} | {lim / b:.1%} |")
+    lines += ["", f"regret curve (median over seeds): `{png.as_posix()}`", "",
+              "| sampler | trials to 2% | distinct to 2% | trials to 0.5% | distinct to 0.5% | "
+              "quality at 30 trials | random / sampler (trials to 2%) |", "|---|---|---|---|---|---|---|"]
+    cap = args.trials
+    med = {}
+    for name, rs in runs.items():
+        two = [first(c, r, 0.02) for c, r in zip(curves[name], rs)]
+        half = [first(c, r, 0.005) for c, r in zip(curves[name], rs)]
+        med[name] = median_or_none([t and t[0] for t in two], cap)
+        q30 = statistics.median(c[min(29, len(c) - 1)] for c in curves[name])
+        lines.append(f"| {name} | {cell(med[name], cap)} | {cell(median_or_none([t and t[1] for t in two], cap), cap)} "
+                     f"| {cell(median_or_none([t and t[0] for t in half], cap), cap)} | "
+                     f"{cell(median_or_none([t and t[1] for t in half], cap), cap)} | {q30:.2%} | "
+                     f"{med.get('random', math.nan) / med[name]:.2f} |")
+    lines += ["", "per seed, trials (distinct) to 2% ('-': not reached):", ""]
+    for name, rs in runs.items():
+        per = " ".join("-" if t is None else f"{t[0]}({t[1]})"
+                       for t in (first(c, r, 0.02) for c, r in zip(curves[name], rs)))
+        lines.append(f"- {name}: {per}")
+    lines.append("")
+    sys.stdout.flush()
+    return lines
+
+
+def best_times(table: Table) -> list[float]:
+    rows = [r["times"] for r in table.rows.values() if "times" in r]
+    return [min(ts) for ts in zip(*rows)] if rows else [math.inf] * len(table.space.sizes)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import pandas as pd
 
 from autotaccl.sizes import format_size
 from autotaccl.tracking import logged_sizes
-from autotaccl.tracking.plots import busbw_figure, save_png
+from autotaccl.tracking.plots import busbw_figure, progress_figure, save_png
 from autotaccl.tuning import export as ex
 from autotaccl.tuning import runtimes as rt
 from autotaccl.tuning.winners import record
@@ -70,6 +70,20 @@ def _optuna_plots(study, slug: str, out: Path) -> tuple[list[tuple[str, str]], l
             plt.close("all")
             notes.append(f"{title}: not available ({err})")
     return plots, notes
+
+
+def _progress_plot(study, slug: str, out: Path) -> list[tuple[str, str]]:
+    """Best so far per size (share of its attainable bound) against trials: is the sweep done?"""
+    from autotaccl.tuning.done import best_so_far, history
+
+    steps = best_so_far(history(study))
+    sizes = [b.size for b in steps[-1]] if steps else []
+    if not sizes:
+        return []
+    series = {format_size(s): [next((b.share for b in step if b.size == s), 0.0) for step in steps] for s in sizes}
+    name = f"{slug}-progress.png"
+    save_png(progress_figure(series, f"{study.study_name}: best so far per size"), out / name)
+    return [("best so far per size vs trials", name)]
 
 
 def export_rows(client, experiment, export_dir: Path | None) -> tuple[list[dict], Path | None]:
@@ -269,7 +283,7 @@ def experiment_section(experiment, frame: pd.DataFrame, out: Path, client=None, 
         try:
             study = _load_study(storage, study_name)
             more, why = _optuna_plots(study, slug, out)
-            plots += more
+            plots += more + _progress_plot(study, slug, out)
             notes += why
         except Exception as err:   # the storage may live on another machine
             notes.append(f"Optuna study {study_name} not readable here: {err}")

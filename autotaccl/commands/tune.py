@@ -39,6 +39,11 @@ def register(subparsers) -> None:
     p.add_argument("--heartbeat", type=float, default=60.0,
                    help="seconds between a running trial's heartbeats; a trial silent for 3 of them is failed "
                         "and retried by another worker (default 60)")
+    p.add_argument("--until", type=float, metavar="SHARE",
+                   help="stop early once every size's best trial reaches this share of its attainable bound "
+                        "(e.g. 0.98; default: run all --trials)")
+    p.add_argument("--patience", type=int, metavar="N",
+                   help="stop early once N finished trials in a row improved no size's best (default: off)")
     p.add_argument("--sampler", default="tpe", choices=SAMPLERS, help="Optuna sampler (default tpe)")
     p.add_argument("--seed", type=int, help="sampler seed")
     p.add_argument("--out", default=RUN_DIR, help=f"run directory (default ./{RUN_DIR})")
@@ -78,7 +83,8 @@ def run(args) -> int:
                           runner_options=options, storage=args.storage, study=args.study,
                           tracking_uri=args.tracking_uri, workers=args.workers, sampler=args.sampler, seed=args.seed,
                           out=args.out, resume=args.resume, extend=args.extend, adopt=args.adopt, margin=args.margin,
-                          synth_time_limit=args.synth_time_limit, heartbeat=args.heartbeat)
+                          synth_time_limit=args.synth_time_limit, heartbeat=args.heartbeat, until=args.until,
+                          patience=args.patience)
     from ..model.collectives import canonical_name
 
     collectives = [canonical_name(c) for c in args.collective] if args.collective else None
@@ -98,7 +104,7 @@ def run(args) -> int:
                                    "speedup": w.speedup, "busbw": w.busbw, "bound_pct": w.bound_pct,
                                    "nccl_time_us": w.nccl_time_us, "speedup_vs_nccl": w.speedup_vs_nccl}
                                   for w in s.per_size],
-                     "winners": s.winners} for s in summaries])
+                     "winners": s.winners, "stopped_early": s.stopped} for s in summaries])
         return 0
     for s in summaries:
         print(summary_table(s))
@@ -169,4 +175,9 @@ def summary_table(s) -> str:
         vs = "-" if w.speedup_vs_nccl is None else f"{w.speedup_vs_nccl:.2f}x"
         lines.append(f"{format_size(w.size):>6}  {w.winner:<22} {w.time_us:>11.2f} {w.baseline:<13} "
                      f"{w.speedup:>7.2f}x {w.busbw:>8.2f} {w.bound_pct:>6.1f}% {vs:>8}")
+    if s.per_size:
+        worst = min(s.per_size, key=lambda w: w.bound_pct)
+        lines.append(f"farthest from its attainable bound: {format_size(worst.size)} at {worst.bound_pct:.1f}%")
+    if s.stopped:
+        lines.append(f"stopped early: {s.stopped}")
     return "\n".join(lines)

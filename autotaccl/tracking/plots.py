@@ -51,3 +51,17 @@ def png_bytes(fig) -> bytes:
     fig.savefig(buf, format="png")
     plt.close(fig)
     return buf.getvalue()
+
+
+def progress_figure(series: Mapping[str, Sequence[float]], title: str):
+    """Share of the attainable bound of the best trial so far (%) against trials, one line per size."""
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
+    for label, values in series.items():
+        ax.plot(range(1, len(values) + 1), [100 * v for v in values], "-", label=label, drawstyle="steps-post")
+    ax.set_xlabel("finished trials")
+    ax.set_ylabel("best so far, % of attainable bound")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig

@@ -60,6 +60,8 @@ class SweepConfig:
     sampler: str = "tpe"
     seed: int | None = None
     heartbeat: float = 60.0         # seconds between a running trial's heartbeats
+    until: float | None = None      # stop once every size is within this share of its bound (tuning/done.py)
+    patience: int | None = None     # stop once this many finished trials in a row improved no size
 
     def save(self, path: Path) -> None:
         tmp = path.with_name(f".{path.name}.tmp")
@@ -99,7 +101,31 @@ class Objective:
 
     # ------------------------------------------------------------------ the objective
     def __call__(self, trial: optuna.Trial) -> float:
-        """Evaluate a trial the worker loop admitted and sampled (an interruption is the loop's to record)."""
+        """Evaluate a trial the worker loop admitted and sampled (an interruption is the loop's to record);
+        stop the study once it is done (``until``, ``patience``), counting this trial's outcome."""
+        try:
+            value = self._evaluate(trial)
+        except optuna.TrialPruned:
+            self._stop_if_done(trial, TrialState.PRUNED)
+            raise
+        except TrialFailed:
+            self._stop_if_done(trial, TrialState.FAIL)
+            raise
+        self._stop_if_done(trial, TrialState.COMPLETE)
+        return value
+
+    def _stop_if_done(self, trial: optuna.Trial, state: TrialState) -> None:
+        if self.config.until is None and self.config.patience is None:
+            return
+        from .done import history, outcome, stop_reason
+
+        runs = [*history(trial.study), (trial.number, outcome(trial, state))]
+        reason = stop_reason(runs, self.reference.sizes, self.config.until, self.config.patience)
+        if reason is not None:
+            log.warning("%s: stopping after trial %d: %s", self.config.study_name, trial.number, reason)
+            trial.study.stop()
+
+    def _evaluate(self, trial: optuna.Trial) -> float:
         cfg = self.config
         params = {**self.space.fixed, **trial.params}
         if is_repeat(trial.study, params, self.space):

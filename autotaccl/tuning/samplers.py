@@ -2,17 +2,27 @@
 from __future__ import annotations
 
 import warnings
-from typing import Literal, get_args
+from typing import Literal, Sequence, get_args
 
 from ..errors import ParameterError
 
-Sampler = Literal["tpe", "random", "bruteforce"]
+Sampler = Literal["tpe", "banded", "tpe-mv", "random", "bruteforce"]
 SAMPLERS: tuple[Sampler, ...] = get_args(Sampler)
 
 
-def make_sampler(name: Sampler, seed: int | None):
-    """The ``optuna.samplers.BaseSampler`` called ``name``."""
+def make_sampler(name: Sampler, seed: int | None, sizes: Sequence[int] = ()):
+    """The ``optuna.samplers.BaseSampler`` called ``name`` (``banded`` aims each trial at a band of ``sizes``)."""
     import optuna
+
+    if name == "banded":
+        from .banded import BandedSampler
+
+        return BandedSampler(sizes, seed=seed)
+    if name == "tpe-mv":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=5,
+                                              constant_liar=True)
 
     if name == "tpe":
         # univariate TPE: on enumerable sketch spaces it reached the optimum in fewer distinct evaluations

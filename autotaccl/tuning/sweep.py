@@ -79,6 +79,8 @@ class TuneRequest:
     margin: float = 0.10
     synth_time_limit: float | None = 60.0
     heartbeat: float = INTERVAL     # seconds between a running trial's heartbeats (silent for 3: failed, retried)
+    until: float | None = None      # stop once every size is within this share of its attainable bound
+    patience: int | None = None     # stop once this many finished trials in a row improved no size
     progress: Callable[[int, int, float | None], None] | None = None   # (done, requested, best) per trial
 
     def __post_init__(self) -> None:
@@ -101,6 +103,10 @@ class TuneRequest:
             raise fail("synth_time_limit", "a positive number of seconds")
         if not self.heartbeat >= 1:
             raise fail("heartbeat", "a number of seconds >= 1")
+        if self.until is not None and not 0 < self.until <= 1:
+            raise fail("until", "a share of the attainable bound in (0, 1], such as 0.98")
+        if self.patience is not None and (not whole(self.patience) or self.patience < 1):
+            raise fail("patience", "a whole number of trials >= 1")
         if not 0 <= self.margin <= 10:
             raise fail("margin", "a fraction such as 0.1")
         if self.sampler not in SAMPLERS:
@@ -151,6 +157,7 @@ class StudySummary:
     best_value: float | None
     best_trial: int | None
     per_size: tuple[SizeWinner, ...]
+    stopped: str = ""           # why the sweep stopped before --trials (--until, --patience), if it did
 
     @property
     def winners(self) -> list[dict]:
@@ -187,8 +194,8 @@ def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, o
     graph = space.graph()
     config_path = sweeps / f"{study_name}.json"
     known = SweepConfig.load(config_path) if config_path.is_file() else None
-    study = open_study(storage, study_name, space, collective, graph, make_sampler(request.sampler, request.seed),
-                       request.heartbeat, request.extend, known)
+    sampler = make_sampler(request.sampler, request.seed, space.sizes)
+    study = open_study(storage, study_name, space, collective, graph, sampler, request.heartbeat, request.extend, known)
     space_path = space_file(request, space, sweeps, study_name)
 
     ref_path = sweeps / f"{study_name}.reference.json"
@@ -222,7 +229,8 @@ def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, o
                          experiment_id=experiment_id, parent_run_id=parent, reference=str(ref_path),
                          runner=runner.name, runner_options=options_dict(options), margin=request.margin,
                          synth_time_limit=request.synth_time_limit, trials=request.trials, timeout=request.timeout,
-                         sampler=request.sampler, seed=request.seed, heartbeat=request.heartbeat)
+                         sampler=request.sampler, seed=request.seed, heartbeat=request.heartbeat,
+                         until=request.until, patience=request.patience)
     reconcile(client, config, study)
     config.save(config_path)
     return config, study
@@ -326,7 +334,16 @@ def summarize(study: optuna.Study, config: SweepConfig) -> StudySummary:
     best_trial = min(complete, key=lambda t: t.value, default=None)
     return StudySummary(config.study_name, config.collective, config.experiment_id, config.parent_run_id, counts,
                         None if best_trial is None else best_trial.value,
-                        None if best_trial is None else best_trial.number, tuple(per_size))
+                        None if best_trial is None else best_trial.number, tuple(per_size), stopped_early(study, config) or "")
+
+
+def stopped_early(study: optuna.Study, config: SweepConfig) -> str | None:
+    """Why the study needs no more trials under the sweep's ``until`` and ``patience`` (None: it does)."""
+    if config.until is None and config.patience is None:
+        return None
+    from .done import history, stop_reason
+
+    return stop_reason(history(study), load_reference(Path(config.reference)).sizes, config.until, config.patience)
 
 
 def finish_parent(client, summary: StudySummary) -> None:
@@ -345,6 +362,8 @@ def finish_parent(client, summary: StudySummary) -> None:
 
     ts = int(time.time() * 1000)
     tags = [RunTag(f"winner.{w.size}", str(w.trial)) for w in summary.per_size]   # the same rule as export/report
+    if summary.stopped:
+        tags.append(RunTag("stopped_early", summary.stopped))
     client.log_batch(summary.parent_run_id, metrics=[Metric(k, float(v), ts, 0) for k, v in metrics.items()], tags=tags)
     client.set_terminated(summary.parent_run_id, "FINISHED")
 
@@ -394,6 +413,10 @@ def tune(request: TuneRequest, collectives: Sequence[str] | None = None) -> list
             config, study = outbox.retrying(prepare, request, space, collective, client, out, storage, runner, options)
         done = len([t for t in study.get_trials(deepcopy=False) if counted(t)])
         remaining = request.trials - done
+        reason = stopped_early(study, config) if remaining > 0 else None
+        if reason:
+            log.warning("%s: no trial to run: %s", config.study_name, reason)
+            remaining = 0
         log.info("%s: %d trial(s) done, %d to run", config.study_name, done, max(remaining, 0))
         run_workers(config, out / "sweeps" / f"{config.study_name}.json", study, request.workers, remaining,
                     request.progress)

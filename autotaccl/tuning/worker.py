@@ -41,13 +41,15 @@ def _run(config_path: Path, n_trials: int) -> int:
 
     from ..tracking import MlflowClient, outbox
     from .objective import SweepConfig
+    from .reference import load_reference
     from .sweep import make_sampler, open_storage, optimize
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     config = SweepConfig.load(config_path)
     # every trial's sampling draws from its own seeded stream (cluster/loop.py), whichever worker runs it
     study = optuna.load_study(study_name=config.study_name, storage=open_storage(config.storage, config.heartbeat),
-                              sampler=make_sampler(config.sampler, config.seed))
+                              sampler=make_sampler(config.sampler, config.seed,
+                                                   load_reference(Path(config.reference)).sizes))
     outbox.limit_client_retries()
     optimize(config, study, n_trials)
     outbox.replay(config.out_dir, MlflowClient(tracking_uri=config.tracking_uri))

@@ -43,7 +43,7 @@ def test_report_has_every_plot_and_the_table(tracked, capsys):
     assert str(target / "index.html") in capsys.readouterr().out
     page = (target / "index.html").read_text()
     for name in ("ndv2x2-allgather-busbw.png", "ndv2x2-allgather-time.png", "ndv2x2-allgather-history.png",
-                 "ndv2x2-allgather-importances.png"):
+                 "ndv2x2-allgather-importances.png", "ndv2x2-allgather-progress.png"):
         assert f'src="{name}"' in page
         assert (target / name).read_bytes().startswith(PNG)
     sizes = page.split('<table class="sizes">')[1].split("</table>")[0]

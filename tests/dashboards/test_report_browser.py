@@ -78,8 +78,8 @@ def test_report_renders_in_headless_chromium(swept, tmp_path):
     page = (target / "index.html").read_text()
     probe.write_text(page.replace("</body>", PROBE))
     dom = dump_dom(probe.as_uri())
-    assert 'data-images="4"' in dom         # busbw and time vs size, optimisation history, importances
-    assert 'data-decoded="4"' in dom, "every PNG plot must decode in the browser"
+    assert 'data-images="5"' in dom         # busbw and time vs size, history, importances, best so far per size
+    assert 'data-decoded="5"' in dom, "every PNG plot must decode in the browser"
     assert 'data-rows="3"' in dom           # header + 2 sizes
     assert f'data-bands="{bands}"' in dom   # the winners table: one row per exported band
     assert int(re.search(r'data-winners-width="(\d+)"', dom).group(1)) > 300
