@@ -20,6 +20,9 @@ def register(subparsers) -> None:
     parser.add_argument("--ranks-per-node", type=int,
                         help="GPUs per node, to check memory channels stay inside a node (default: the plan's own "
                              "note, if it has one)")
+    parser.add_argument("--offsets", action="store_true",
+                        help="also replay with the buffers inside bigger allocations (not at their start), as "
+                             "PyTorch's caching allocator places tensors")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 
@@ -28,7 +31,7 @@ def run(args) -> int:
     if args.ranks_per_node is not None and args.ranks_per_node < 1:
         raise InputError("--ranks-per-node", str(args.ranks_per_node), "a whole number >= 1")
     mode = "inplace" if args.inplace else "outofplace" if args.outofplace else "plan"
-    report = check_plan_file(args.plan, mode, args.ranks_per_node)
+    report = check_plan_file(args.plan, mode, args.ranks_per_node, args.offsets)
     if args.json:
         print_json(report.to_dict())
     else:

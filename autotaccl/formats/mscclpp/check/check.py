@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 from ....errors import InputError
@@ -27,10 +28,11 @@ def plan_stats(plan: Plan) -> dict:
 
 
 def check_plan(plan: Plan, source: str = "<plan>", mode: str = "plan", ranks_per_node: int | None = None,
-               calls: int | None = None) -> PlanReport:
+               calls: int | None = None, offsets: bool = False) -> PlanReport:
     """Every rule ``plan`` breaks, for the buffer mode(s) ``mode`` (``plan``: the one its ``inplace`` flag
     selects it for). ``ranks_per_node`` (default: the plan's own note) lets memory channels be checked to
-    stay inside a node."""
+    stay inside a node. The replay places each buffer at the start of its allocation; ``offsets`` replays
+    each mode again with the buffers further inside (as a caching allocator hands them out)."""
     if mode not in MODES:
         raise InputError("--mode", repr(mode), f"one of: {', '.join(MODES)}")
     modes = {"plan": ("inplace" if plan.inplace else "outofplace",), "both": ("inplace", "outofplace")}.get(mode, (mode,))
@@ -42,11 +44,13 @@ def check_plan(plan: Plan, source: str = "<plan>", mode: str = "plan", ranks_per
         warnings.append(Problem("ranks per node unknown: memory channels are not checked to stay inside a node"))
     replay_calls = 0
     if not errors:
-        for m in modes:
-            replay = Replay(plan, m, calls)
+        for m, shifted in ((m, s) for m in modes for s in ((False, True) if offsets else (False,))):
+            replay = Replay(plan, m, calls, shifted)
             replay_calls = replay.calls
             problem = replay.run()
             if problem is not None:
+                if shifted:
+                    problem = replace(problem, mode=f"{m}, buffers inside their allocations")
                 errors.append(problem)
                 break
     report = PlanReport(source, plan.collective, plan.ranks, modes, tuple(errors), tuple(warnings), replay_calls,
@@ -55,7 +59,8 @@ def check_plan(plan: Plan, source: str = "<plan>", mode: str = "plan", ranks_per
     return report
 
 
-def check_plan_file(path: str | Path, mode: str = "plan", ranks_per_node: int | None = None) -> PlanReport:
+def check_plan_file(path: str | Path, mode: str = "plan", ranks_per_node: int | None = None,
+                    offsets: bool = False) -> PlanReport:
     """``check_plan`` of a plan file; InputError if it is not a plan the executor's parser accepts."""
     plan, source = read_plan(path)
-    return check_plan(plan, source, mode, ranks_per_node)
+    return check_plan(plan, source, mode, ranks_per_node, offsets=offsets)

@@ -21,6 +21,14 @@ The model (``execution_kernel.hpp``):
   ``pwsf`` (a flush). ``flush`` flushes as many channels as it has ``dst_buff`` entries (usually none).
 * Between two calls of a rank its host reads the outputs and writes new inputs; a call starts after the
   rank's previous call ended (stream order).
+* Addresses as the executor computes them (``Executor::execute``, ``setupOperation``, ``handlePut``):
+  each rank's input and output are registered from the start of their CUDA allocations, and the
+  buffers' offsets inside them are the plan's const offsets. A local reference reads or writes through
+  the buffer's real pointer; a port-channel put's source is the registered memory at the plan's index,
+  no const offset added; a peer's buffer (``buffer_id``) is the peer's registered memory at the index
+  plus the *referring* rank's const offset of that buffer type. ``offsets`` places the buffers away from
+  their allocations' start (in place, the pair's common buffer); an address outside every buffer is an
+  error.
 
 Vector clocks over all blocks, proxies and hosts flag every pair of conflicting accesses to a cell that
 no happens-before chain orders (a race), whatever the interleaving; the matching of waits to signals is
@@ -77,6 +85,10 @@ class _Proxy:
     epoch: int = 0
 
 
+class _Outside(Exception):
+    """An operation addresses memory no buffer of the rank holds (the message says which)."""
+
+
 class _Race(Exception):
     def __init__(self, problem: Problem) -> None:
         self.problem = problem
@@ -85,8 +97,8 @@ class _Race(Exception):
 class Replay:
     """One buffer mode of one plan; :meth:`run` replays ``calls`` calls and returns the first problem."""
 
-    def __init__(self, plan: Plan, mode: str, calls: int | None = None) -> None:
-        self.plan, self.mode = plan, mode
+    def __init__(self, plan: Plan, mode: str, calls: int | None = None, offsets: bool = False) -> None:
+        self.plan, self.mode, self.offsets = plan, mode, offsets
         self.R = plan.ranks
         sizes = [op.tbg[1] for g in plan.gpus for tb in g.threadblocks for op in tb.ops if op.tbg]
         self.U = math.lcm(*sizes) if sizes else 1
@@ -107,10 +119,28 @@ class Replay:
                                   for c in (op.channel_ids or ()) if c < len(tb.channel_list("port"))})
         self.proxy_lane = {k: lanes + i for i, k in enumerate(self.proxy_keys)}
         self.L = lanes + len(self.proxy_keys)
+        self.place = [self._placement(r) for r in range(self.R)]
+
+    def _placement(self, rank: int) -> dict[str, tuple[int, int, int]]:
+        """buffer -> (allocation, start unit in it, buffer index of the cells it holds): in place one
+        allocation holds both, its cells named after the larger (as the executor test aliases them)."""
+        i_pad, o_pad = (self.U, 2 * self.U) if self.offsets else (0, 0)
+        if self.mode != "inplace":
+            return {"i": (0, i_pad, 0), "o": (1, o_pad, 1)}
+        coll = self.plan.collective
+        if coll == "allgather":
+            return {"o": (1, o_pad, 1), "i": (1, o_pad + rank * self.in_units, 1)}
+        if coll == "reducescatter":
+            return {"i": (0, i_pad, 0), "o": (0, i_pad + rank * self.out_units, 0)}
+        return {"i": (0, i_pad, 0), "o": (0, i_pad, 0)}
 
     # ------------------------------------------------------------------ cells
-    def cells(self, rank: int, buf: str, ref, tbg, half: int, packet: bool = False) -> list[tuple]:
-        """The cells ``ref`` covers on ``rank`` (after the thread-block group's share and aliasing)."""
+    def cells(self, rank: int, buf: str, ref, tbg, half: int, packet: bool = False, via=None) -> list[tuple]:
+        """The cells ``ref`` covers on ``rank`` (after the thread-block group's share and aliasing).
+
+        ``via`` is how the executor computes the address of an input or output buffer: None through its real
+        pointer, ``"registered"`` from its allocation's start (a port-channel put's source), or the rank
+        whose const offset is added (a reference to a peer's buffer)."""
         U = self.U
         start, n = ref.index * U, ref.size * U
         if tbg is not None:
@@ -119,20 +149,35 @@ class Replay:
             start, n = start + lo, hi - lo
         if packet:      # packet of data unit x: plain scratch units 2x and 2x+1; the packet lives at 2x
             return [(rank, 2, half, 2 * x) for x in range(start, start + n)]
-        return [self.canon(rank, buf, half, x) for x in range(start, start + n)]
+        if buf == "s":
+            return [(rank, 2, half, x) for x in range(start, start + n)]
+        alloc, base, _ = self.place[rank][buf]
+        if via == "registered":
+            base = 0
+        elif via is not None:
+            base = self.place[via][buf][1]
+        return [self._locate(rank, alloc, base + x, buf, via) for x in range(start, start + n)]
+
+    def _locate(self, rank: int, alloc: int, pos: int, buf: str, via) -> tuple:
+        """The cell at unit ``pos`` of ``rank``'s allocation ``alloc``; _Race if no buffer holds it."""
+        for name in ("i", "o"):
+            a, start, idx = self.place[rank][name]
+            size = self.in_units if name == "i" else self.out_units
+            if a == alloc and idx == _BUF[name] and start <= pos < start + size:
+                return (rank, idx, 0, pos - start)
+        how = {None: "its real pointer", "registered": "the registered memory (from the allocation's start, "
+               "no const offset: a port-channel put's source)"}.get(via, f"rank {via}'s const offset")
+        raise _Outside(f"an address outside rank {rank}'s buffers: {buf} through {how} reaches unit {pos} of its "
+                       f"allocation, whose buffers sit at {self._spans(rank, alloc)}")
+
+    def _spans(self, rank: int, alloc: int) -> str:
+        return ", ".join(f"{name} from unit {start}" for name, (a, start, _) in self.place[rank].items() if a == alloc)
 
     def canon(self, rank: int, buf: str, half: int, unit: int) -> tuple:
         if buf == "s":
             return (rank, 2, half, unit)
-        if self.mode == "inplace":
-            coll = self.plan.collective
-            if coll == "allgather" and buf == "i":
-                return (rank, 1, 0, rank * self.in_units + unit)
-            if coll == "reducescatter" and buf == "o":
-                return (rank, 0, 0, rank * self.out_units + unit)
-            if coll != "allgather" and coll != "reducescatter" and buf == "o":
-                return (rank, 0, 0, unit)
-        return (rank, _BUF[buf], 0, unit)
+        alloc, start, _ = self.place[rank][buf]
+        return self._locate(rank, alloc, start + unit, buf, None)
 
     def half(self, call: int) -> int:
         """Scratch half a call's local and packet accesses use (the kernel offsets scratch by half its size
@@ -281,7 +326,10 @@ class Replay:
             t.blocked = text
             self.waiters[key].append(k)
             return None
-        self._execute(t, op)
+        try:
+            self._execute(t, op)
+        except _Outside as err:
+            return Problem(str(err), rank=t.rank, tb=t.tb.id, op=t.pc, mode=self.mode, call=t.call + 1)
         t.pc += 1
         self.ready.append(k)
         return None
@@ -400,12 +448,12 @@ class Replay:
                 rb = remote_buffer(g, tb, op.channel_type, dst.buffer_id)
                 if op.channel_type == "memory":
                     src = self.cells(rank, op.src[0].type, op.src[i], op.tbg, half)
-                    out = self.cells(rb.rank, rb.type, dst, op.tbg, 0)
+                    out = self.cells(rb.rank, rb.type, dst, op.tbg, 0, via=rank)
                     self._move(t.lane, t.epoch, t.vc, who, src, out)
                 else:
                     j = tb.channel_list("port")[op.channel_ids[i]]
-                    src = self.cells(rank, op.src[i].type, op.src[i], op.tbg, 0)
-                    out = self.cells(rb.rank, rb.type, dst, op.tbg, 0)
+                    src = self.cells(rank, op.src[i].type, op.src[i], op.tbg, 0, via="registered")
+                    out = self.cells(rb.rank, rb.type, dst, op.tbg, 0, via=rank)
                     full = self._proxy_event(t, j, ((src, out, "copy"),), who)
                     if name in ("pws", "pwsf"):
                         self._signal(rank, "port", j, full)
@@ -417,7 +465,7 @@ class Replay:
                 # the kernel writes the local buffer at the remote reference's offset and reads the peer's
                 # buffer at the local reference's offset (handleGet); with equal indices they agree
                 local = self.cells(rank, op.dst[i].type, src, op.tbg, half)
-                remote = self.cells(rb.rank, rb.type, op.dst[i], op.tbg, 0)
+                remote = self.cells(rb.rank, rb.type, op.dst[i], op.tbg, 0, via=rank)
                 self._move(t.lane, t.epoch, t.vc, who, remote, local)
         elif name == "copy":
             self._move(t.lane, t.epoch, t.vc, who, self.cells(rank, op.src[0].type, op.src[0], op.tbg, half),
@@ -428,14 +476,14 @@ class Replay:
             for ref in op.src[1:]:
                 if remote_in:
                     rb = remote_buffer(g, tb, "memory", ref.buffer_id)
-                    srcs.append(self.cells(rb.rank, rb.type, ref, op.tbg, 0))
+                    srcs.append(self.cells(rb.rank, rb.type, ref, op.tbg, 0, via=rank))
                 else:
                     srcs.append(self.cells(rank, ref.type, ref, op.tbg, half))
             outs = [self.cells(rank, op.dst[0].type, op.dst[0], op.tbg, half)]
             if name in ("res", "rres"):
                 for ref in op.dst[1:]:
                     rb = remote_buffer(g, tb, "memory", ref.buffer_id)
-                    outs.append(self.cells(rb.rank, rb.type, ref, op.tbg, 0))
+                    outs.append(self.cells(rb.rank, rb.type, ref, op.tbg, 0, via=rank))
             self._reduce(t.lane, t.epoch, t.vc, who, srcs, outs)
         else:
             self._packet_op(t, op, who, half)

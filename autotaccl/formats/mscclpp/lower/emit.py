@@ -4,6 +4,11 @@ semaphores and thread blocks the way the executor resolves them, and render ever
 Channels: per rank and type, one entry per flow that touches the rank, ordered by (peer, flow), so the
 k-th channel of a rank to a peer and the peer's k-th channel back carry the same flow. Scratch: plain
 slots after the packet slots (an LL plan's scratch holds packets at twice their offset).
+
+Addresses: the executor reaches a peer's buffer at the referring rank's own offset of that buffer in its
+allocation, and a port put's source from the start of its allocation, so in place those references name
+the buffer that holds both (AllGather's output, the others' input) and the plan assumes that buffer
+starts its allocation on every rank; out of place each buffer must start its own.
 """
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from collections import defaultdict
 from ....model.algorithm import Algorithm
 from ..plan import (MAX_CHANNELS_PER_OP, MAX_SEMAPHORES_PER_OP, BufferRef, Channel, Gpu, Op, Plan, RemoteBuffer,
                     ThreadBlock)
-from .layout import Layout, Loc
+from .layout import Layout, Loc, canonical
 from .schedule import Flow, Item, Schedule
 
 _KIND_ORDER = {"pair": 0, "recv": 1, "send": 2, "local": 3}
@@ -21,8 +26,14 @@ _KIND_ORDER = {"pair": 0, "recv": 1, "send": 2, "local": 3}
 class _Slots:
     """Plan buffer indices of layout slots (per rank)."""
 
-    def __init__(self, lay: Layout, proto: str) -> None:
-        self.lay, self.ll = lay, proto == "LL"
+    def __init__(self, lay: Layout, proto: str, coll, inplace: bool) -> None:
+        self.lay, self.ll, self.coll, self.inplace = lay, proto == "LL", coll, inplace
+
+    def far(self, rank: int, loc: Loc) -> tuple[str, int]:
+        """The index of ``loc`` as a peer's reference or a port put's source names it: in place, in the
+        buffer that holds input and output (the executor adds no offset of the inner one there)."""
+        buf, idx = self.index(rank, loc)
+        return (buf, idx) if buf == "s" else canonical(self.coll, rank, (buf, idx), self.inplace)[1:]
 
     def index(self, rank: int, loc: Loc) -> tuple[str, int]:
         buf, idx = loc
@@ -58,7 +69,7 @@ def render(algorithm: Algorithm, lay: Layout, sched: Schedule, flows: tuple[Flow
     """(the plan, (rank, tb id) -> block key)."""
     coll = algorithm.collective
     R = coll.ranks
-    slots = _Slots(lay, proto)
+    slots = _Slots(lay, proto, coll, inplace)
     kinds = sched.channel_kind
     all_flows = sorted(set(flows))
     chan: dict[tuple[int, Flow], int] = {}
@@ -76,7 +87,7 @@ def render(algorithm: Algorithm, lay: Layout, sched: Schedule, flows: tuple[Flow
             if it.kind == "put":
                 tr = algorithm.transfers[it.move]
                 for loc in moves[it.move].land.values():
-                    remote[b.rank][(tr.dst, slots.index(tr.dst, loc)[0])].add(kinds[it.flow])
+                    remote[b.rank][(tr.dst, slots.far(tr.dst, loc)[0])].add(kinds[it.flow])
     remote_ids = {r: {key: i for i, key in enumerate(sorted(remote[r]))} for r in range(R)}
     gpus, owner = [], {}
     for r in range(R):
@@ -173,8 +184,9 @@ class _Block:
     def put(self, it: Item, move, tr) -> list[Op]:
         ctype, c = self.channel(it.flow)
         s, d = tr.src, tr.dst
-        read = {k: self.slots.index(s, v) for k, v in move.read.items()}
-        land = {k: self.slots.index(d, v) for k, v in move.land.items()}
+        source = self.slots.far if ctype == "port" else self.slots.index
+        read = {k: source(s, v) for k, v in move.read.items()}
+        land = {k: self.slots.far(d, v) for k, v in move.land.items()}
         pairs = []
         for (src, dst), n in runs(tr.chunks, [read, land]):
             pairs.append((self.local(src, n), BufferRef(dst[1], n, buffer_id=self.peer_buffer(d, dst[0], ctype))))
