@@ -274,7 +274,8 @@ def run_workers(config: SweepConfig, config_path: Path, study: optuna.Study, wor
         return
     # every worker may run them all: the study-wide count (cluster/loop.py) stops them, and a worker
     # that outlives a killed one runs its retried trial
-    cmd = [sys.executable, "-m", "autotaccl.tuning.worker", str(config_path), "--n-trials", str(remaining)]
+    cmd = [sys.executable, "-m", "autotaccl.tuning.worker", str(config_path), "--n-trials", str(remaining),
+           "--parent", str(os.getpid())]          # a worker stops once this process is gone (SIGKILLed)
     procs = [subprocess.Popen([*cmd, "--index", str(i)]) for i in range(workers)]
     deadline = None if config.timeout is None else time.monotonic() + config.timeout + 300
     try:
