@@ -34,6 +34,9 @@ def register(subparsers) -> None:
     p.add_argument("--extend", action="store_true",
                    help="the space grew since the study was made (added choices, wider ranges, added sizes): "
                         "rebuild the study for it, keeping its trials")
+    p.add_argument("--repair", action="store_true",
+                   help="rebuild a damaged or missing OUT/mlflow.db (set aside as mlflow.db.damaged) and damaged "
+                        "sweep records from the Optuna study")
     p.add_argument("--adopt", action="store_true",
                    help="log into an MLflow experiment of the same name that another tool created")
     p.add_argument("--heartbeat", type=float, default=60.0,
@@ -82,9 +85,9 @@ def run(args) -> int:
     request = TuneRequest(space=args.space, trials=args.trials, timeout=args.timeout, runner=runner.name,
                           runner_options=options, storage=args.storage, study=args.study,
                           tracking_uri=args.tracking_uri, workers=args.workers, sampler=args.sampler, seed=args.seed,
-                          out=args.out, resume=args.resume, extend=args.extend, adopt=args.adopt, margin=args.margin,
-                          synth_time_limit=args.synth_time_limit, heartbeat=args.heartbeat, until=args.until,
-                          patience=args.patience)
+                          out=args.out, resume=args.resume, extend=args.extend, adopt=args.adopt, repair=args.repair,
+                          margin=args.margin, synth_time_limit=args.synth_time_limit, heartbeat=args.heartbeat,
+                          until=args.until, patience=args.patience)
     from ..model.collectives import canonical_name
 
     collectives = [canonical_name(c) for c in args.collective] if args.collective else None

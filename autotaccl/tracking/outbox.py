@@ -4,9 +4,9 @@
 the run is appended to ``OUT/mlflow-pending/<host>-<pid>.jsonl`` (one JSON object per run, artifacts
 inline) and a warning says so; the sweep goes on. ``replay`` (called by ``autotaccl tune`` at start and
 end, by each worker when it exits, and by ``autotaccl export --replay OUT``) logs pending runs and removes
-them from the file. Every attempt tags its run with a record key, and runs already holding that key (a
-run half-written when the server went away, or the run of an earlier attempt) are deleted before it is
-logged again: a record becomes exactly one run. A sweep's child run is keyed by its parent and its name,
+them from the file (an emptied file is removed). Every attempt tags its run with a record key, and runs
+already holding that key (a run half-written when the server went away, or the run of an earlier attempt)
+are deleted before it is logged again: a record becomes exactly one run. A sweep's child run is keyed by its parent and its name,
 so logging it again (a trial's run after a kill, a baseline after an interrupted setup) replaces it.
 
 An append is whole or nothing: a write cut short (a full disk) is cut back off the file before the error
@@ -138,9 +138,13 @@ def _append(out_dir: str | Path, record: dict) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{socket.gethostname()}-{os.getpid()}.jsonl"
     data = (json.dumps(record) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
+    while True:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         fcntl.lockf(fd, fcntl.LOCK_EX)
+        if _same_file(fd, path):
+            break
+        os.close(fd)              # a replay emptied and removed it while we waited for the lock: open it anew
+    try:
         end = os.lseek(fd, 0, os.SEEK_END)
         try:
             written = 0
@@ -153,6 +157,16 @@ def _append(out_dir: str | Path, record: dict) -> Path:
     finally:
         os.close(fd)
     return path
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether the open ``fd`` is still the file at ``path`` (not one a replay removed)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    own = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
 
 
 def _runs(client, experiment_id: str, record: str) -> list:
@@ -221,8 +235,10 @@ def replay(out_dir: str | Path, client) -> tuple[int, int]:
                 except Exception as err:
                     log.warning("replaying %s from %s failed: %s", record["run_name"], path, _short(err))
                     keep.append(line)
-            # rewritten in place, never longer than it was (so no space is needed): an emptied file stays,
-            # its writer may be waiting for the lock to append
+            if not keep:          # removed under the lock: a writer waiting for it opens the file anew
+                path.unlink()
+                continue
+            # rewritten in place, never longer than it was (so no space is needed)
             fh.seek(0)
             fh.write("".join(k + "\n" for k in keep))
             fh.truncate()

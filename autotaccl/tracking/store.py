@@ -310,3 +310,90 @@ _COMPARISON = urllib.parse.urlencode({
 def runs_url(base: str, experiment_id: str) -> str:
     """The experiment's comparison page: its trials and baselines side by side in MLflow's training-runs view."""
     return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?{_COMPARISON}"
+
+
+def store_damage(path: Path) -> str | None:
+    """What SQLite finds wrong with the store file ``path`` (``PRAGMA integrity_check``), None if it reads
+    whole. A file cut short or overwritten in places fails this before MLflow is handed it (MLflow would
+    fail later, mid-sweep, with a traceback)."""
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(str(path), timeout=60)
+        try:
+            rows = con.execute("PRAGMA integrity_check").fetchall()
+        finally:
+            con.close()
+    except sqlite3.Error as err:
+        return str(err)
+    return None if rows == [("ok",)] else str(rows[0][0])
+
+
+def set_aside(path: Path) -> Path:
+    """Move a damaged store file (and SQLite's journals beside it) out of the way, kept for inspection:
+    ``mlflow.db`` -> ``mlflow.db.damaged`` (``.damaged-2``... if one is there already)."""
+    target, n = path.with_name(path.name + ".damaged"), 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}.damaged-{n}")
+    for suffix in ("-journal", "-wal", "-shm"):
+        side = path.with_name(path.name + suffix)
+        if side.exists():
+            side.replace(target.with_name(target.name + suffix))
+    path.replace(target)
+    return target
+
+
+def own_artifacts(uri: str, artifact_root: Path) -> list[str]:
+    """Point the experiments of the local store ``uri`` whose artifacts lie in another run directory's
+    ``mlartifacts/`` (the directory was copied or moved: MLflow records absolute locations) at
+    ``artifact_root``, the same experiment's folder in this one; their names. MLflow has no call that
+    moves an experiment, so its two columns (``experiments.artifact_location``, ``runs.artifact_uri``)
+    are rewritten in one transaction."""
+    import sqlite3
+    from urllib.parse import unquote, urlparse
+
+    path = sqlite_path(uri)
+    if path is None or not path.is_file():
+        return []
+    root = Path(artifact_root).resolve()
+    moved = []
+    with held_interrupt(), sqlite3.connect(str(path), timeout=60) as con:
+        for exp_id, name, location in con.execute("SELECT experiment_id, name, artifact_location FROM experiments"):
+            if not str(location).startswith("file://"):
+                continue
+            old = Path(unquote(urlparse(location).path))
+            new = root / old.name
+            if old.parent.name != root.name or old.parent == root or not new.is_dir():
+                continue
+            old_uri, new_uri = old.as_uri(), new.as_uri()
+            con.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = ?", (new_uri, exp_id))
+            con.execute("UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?) WHERE experiment_id = ? "
+                        "AND artifact_uri LIKE ? || '/%'", (new_uri, len(old_uri) + 1, exp_id, old_uri))
+            moved.append(name)
+    return moved
+
+
+def local_path(tracking_uri: str, reference: str) -> str:
+    """A path a run records (``optuna.storage``), made absolute: a relative one is relative to the
+    directory of the local store ``tracking_uri`` (a run directory's stores name each other that way, so
+    a copied or moved directory reads its own); URLs and absolute paths as they are."""
+    if "://" in reference or Path(reference).is_absolute():
+        return reference
+    store = sqlite_path(tracking_uri)
+    if store is None:
+        raise ParameterError("tracking_uri", tracking_uri, f"the local store of the run directory its runs name "
+                                                           f"{reference!r} in (a relative path)")
+    return str(store.resolve().parent / reference)
+
+
+def relative_path(tracking_uri: str, path: str) -> str:
+    """``path`` as runs of the local store ``tracking_uri`` record it: relative to the store's directory
+    if it lies in it (:func:`local_path` reads it back), else as it is."""
+    store = sqlite_path(tracking_uri)
+    if store is None or "://" in path:
+        return path
+    try:
+        return str(Path(path).resolve().relative_to(store.resolve().parent))
+    except ValueError:
+        return path

@@ -147,13 +147,15 @@ def candidates(client, experiment_id: str) -> pd.DataFrame:
         frame = frame[frame["params.runner"] == runner]
     sweeps = mlflow.search_runs(experiment_ids=[experiment_id], filter_string="tags.`autotaccl.kind` = 'sweep'",
                                 max_results=10_000)
-    return frame[complete_in_optuna(frame, sweeps)]
+    return frame[complete_in_optuna(frame, sweeps, client.tracking_uri)]
 
 
-def complete_in_optuna(frame: pd.DataFrame, sweeps: pd.DataFrame) -> pd.Series:
+def complete_in_optuna(frame: pd.DataFrame, sweeps: pd.DataFrame, tracking_uri: str) -> pd.Series:
     """Which runs of ``frame`` may be exported: the baselines, and the trials whose Optuna trial (joined by
     the sweep run's study and the trial number) is COMPLETE. After a kill, MLflow can hold a FINISHED,
-    verified run of a trial Optuna failed (killed after logging, before Optuna heard); it must not win."""
+    verified run of a trial Optuna failed (killed after logging, before Optuna heard); it must not win.
+    A study the runs were not logged from (another copy's journal: a trial it lacks, another value) is
+    refused rather than joined."""
     from optuna.trial import TrialState
 
     from ..cluster.heartbeat import open_storage
@@ -163,21 +165,51 @@ def complete_in_optuna(frame: pd.DataFrame, sweeps: pd.DataFrame) -> pd.Series:
         storage, name = row.get("tags.optuna.storage"), row.get("tags.optuna.study")
         if not isinstance(storage, str) or not isinstance(name, str):
             continue
+        storage = tracking.local_path(tracking_uri, storage)     # relative: to the store's run directory
         expected = ("the Optuna study of a sweep in this store (export keeps only the trials Optuna completed): "
                     "it is not there")
         if "://" not in storage and not Path(storage).is_file():
             raise InputError(storage, f"study {name}", expected)
         try:
-            trials = optuna.load_study(study_name=name, storage=open_storage(storage)).get_trials(
-                deepcopy=False, states=(TrialState.COMPLETE,))
+            study = optuna.load_study(study_name=name, storage=open_storage(storage))
         except KeyError:
             raise InputError(storage.split("@")[-1], f"study {name}", expected) from None
-        complete |= {(row.run_id, str(t.number)) for t in trials}
+        trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+        _same_study(frame, row, study.user_attrs, trials, storage.split("@")[-1], name)
+        complete |= {(row.run_id, str(n)) for n, t in trials.items() if t.state == TrialState.COMPLETE}
     is_trial = frame["tags.autotaccl.kind"] == "trial"
     parent = frame.get("tags.mlflow.parentRunId", pd.Series("", index=frame.index)).astype(str)
     number = frame.get("tags.optuna.trial", pd.Series("", index=frame.index)).astype(str)
     joined = pd.Series([(p, n) in complete for p, n in zip(parent, number)], index=frame.index)
     return ~is_trial | joined
+
+
+def _same_study(frame: pd.DataFrame, sweep: pd.Series, attrs, trials, where: str, name: str) -> None:
+    """Refuse a study the sweep's runs were not logged from, in one line: another study's uid, or a verified
+    trial run whose trial the study lacks or completed with another objective."""
+    from .records import STUDY_UID
+    from .study import UID
+
+    uid = sweep.get(f"tags.{STUDY_UID}")
+    why = None
+    if isinstance(uid, str) and attrs.get(UID) not in (None, uid):
+        why = f"the sweep run {sweep.run_id} belongs to study uid {uid}, this one is {attrs.get(UID)}"
+    parent = frame.get("tags.mlflow.parentRunId", pd.Series("", index=frame.index)).astype(str)
+    for _, run in frame[(frame["tags.autotaccl.kind"] == "trial") & (parent == sweep.run_id)].iterrows():
+        if why:
+            break
+        number = str(run.get("tags.optuna.trial", ""))
+        trial = trials.get(int(number)) if number.isdigit() else None
+        value = run.get("metrics.objective")
+        if trial is None:
+            why = f"run {run.run_id} is of trial {number}, which it does not have ({len(trials)} trials)"
+        elif trial.value is not None and isinstance(value, float) and not math.isclose(value, trial.value,
+                                                                                       rel_tol=1e-9):
+            why = f"run {run.run_id} has objective {value:.6g} for trial {number}, the study {trial.value:.6g}"
+    if why:
+        raise InputError(where, f"study {name}", f"the study this store's runs were logged from ({why}): the runs "
+                         f"point at another copy of it; run `autotaccl tune` on the run directory that holds this "
+                         f"store to point them at its own study")
 
 
 def sweep_runner(experiment_id: str) -> str | None:
@@ -352,6 +384,8 @@ def export(tracking_uri: str, experiments: Sequence[str] | None, out_dir: str | 
     """Write every runtime's files, table.csv/.md/.json and README.md into ``out_dir``."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")   # MLflow: a bar per download otherwise
     client, found = tracking.autotaccl_experiments(tracking_uri, experiments)
+    if (db := tracking.sqlite_path(tracking_uri)) is not None:      # a copied or moved run directory: its own
+        tracking.own_artifacts(tracking_uri, db.parent / "mlartifacts")
     out = Path(out_dir).resolve()
     with replaced_dir(out) as tmp:
         all_ranges: list[Range] = []

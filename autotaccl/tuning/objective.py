@@ -64,13 +64,47 @@ class SweepConfig:
     patience: int | None = None     # stop once this many finished trials in a row improved no size
 
     def save(self, path: Path) -> None:
+        """Written to ``OUT/sweeps/<study>.json``, every path inside OUT relative to OUT (a copied or moved
+        run directory names its own stores), atomically."""
+        base = Path(path).resolve().parent.parent
+        data = asdict(self)
+        for key in PATHS:
+            data[key] = _inside(data[key], base)
+        if (db := tracking.sqlite_path(self.tracking_uri)) is not None and _inside(str(db), base) != str(db):
+            data["tracking_uri"] = "sqlite:///" + _inside(str(db), base)
         tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=1))
+        tmp.write_text(json.dumps(data, indent=1))
         tmp.replace(path)
 
     @classmethod
     def load(cls, path: Path) -> "SweepConfig":
-        return cls(**json.loads(Path(path).read_text()))
+        """The record at ``path``; a file that is not one (cut short, overwritten) is an InputError naming it."""
+        try:
+            data = json.loads(Path(path).read_text())
+            base = Path(path).resolve().parent.parent
+            for key in PATHS:
+                if "://" not in data[key]:
+                    data[key] = str(base / data[key])
+            db = tracking.sqlite_path(data["tracking_uri"])
+            if db is not None and not db.is_absolute():
+                data["tracking_uri"] = tracking.sqlite_uri(base / db)
+            return cls(**data)
+        except (ValueError, TypeError, KeyError, AttributeError) as err:   # JSONDecodeError is a ValueError
+            raise InputError(str(path), "sweep record", f"the JSON record `autotaccl tune` writes ({err}); run the "
+                             f"same tune with --repair to rebuild it from the Optuna study") from None
+
+
+PATHS = ("space", "out_dir", "storage", "reference")     # SweepConfig fields that name files
+
+
+def _inside(path: str, base: Path) -> str:
+    """``path`` relative to ``base`` if it lies in it (URLs and paths outside as they are)."""
+    if "://" in path:
+        return path
+    try:
+        return str(Path(path).resolve().relative_to(base)) or "."
+    except ValueError:
+        return path
 
 
 class TrialFailed(RuntimeError):
@@ -191,6 +225,24 @@ class Objective:
         self._log(trial, record, "FAIL", reason=reason)
         raise TrialFailed(reason)
 
+    def relog(self, trial: optuna.trial.FrozenTrial) -> None:
+        """Log a COMPLETE trial's MLflow run again from what the study kept (its parameters, results and
+        attributes; the algorithm from the synthesis cache, or synthesized again): the run a lost or damaged
+        store had. A real runner's raw output is not in the study, so that one artifact is not rebuilt."""
+        from dataclasses import replace
+
+        params = {**self.space.fixed, **trial.params}
+        sketch = params_to_sketch(self.space, params)
+        st = settings(self.space, params)
+        options = synth_options(st, self.config.synth_time_limit, self.unmeasured)
+        synth = synthesize_cached(self.graph, self.config.collective, sketch, options, self.cache)
+        attrs = trial.user_attrs
+        synth = replace(synth, cache_hit=attrs.get("cache_hit", synth.cache_hit), status=attrs.get("solver_status", synth.status),
+                        seconds=attrs.get("synth_seconds", synth.seconds))
+        record = {"params": params, "sketch": sketch, "settings": st, "options": options, "synth": synth,
+                  "results": [SizeResult(**r) for r in attrs["results"]], "fidelity": attrs.get("fidelity", "sim")}
+        self._log(_Kept(trial), record, "COMPLETE", value=trial.value)
+
     # ------------------------------------------------------------------ MLflow
     def _log(self, trial: optuna.Trial, record: dict, state: str, value: float | None = None,
              reason: str = "") -> None:
@@ -267,3 +319,13 @@ class Objective:
                   "bound": (sizes, [b * factor for b in self.reference.bound_algbw])}
         title = f"{self.space.target_name} {self.config.collective}: trial {number}"
         return png_bytes(busbw_figure(series, title, {"bound": "k--", "best baseline": "s-"}))
+
+
+class _Kept:
+    """A finished trial as ``Objective._log`` sees a running one: its attributes stay as the study has them."""
+
+    def __init__(self, trial: optuna.trial.FrozenTrial) -> None:
+        self.number, self.params, self.user_attrs = trial.number, trial.params, trial.user_attrs
+
+    def set_user_attr(self, key: str, value: Any) -> None:
+        pass

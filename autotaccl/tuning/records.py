@@ -7,9 +7,10 @@ does only what is missing, so running it again changes nothing:
 
 * ``sweep_run``: the sweep's parent run, found by the study's uid (tag ``autotaccl.study_uid``) or created.
 * ``log_baselines``: every baseline of the reference as one FINISHED run with every sweep size.
-* ``reconcile``: one run per finished trial, in the trial's Optuna state (others deleted; a missing run of
-  a failed or pruned trial logged from the trial's record), and a journal that lost trials MLflow has runs
-  of refused.
+* ``reconcile``: one run per finished trial, in the trial's Optuna state (others deleted; a missing run
+  logged again from the trial's record: a complete trial's in full, from its results and the synthesis
+  cache, so a lost or damaged store is rebuilt run for run), and a journal that lost trials MLflow has
+  runs of refused.
 """
 from __future__ import annotations
 
@@ -39,12 +40,16 @@ STUDY_UID = "autotaccl.study_uid"        # tag of the parent run: the study it b
 
 def sweep_run(client, experiment_id: str, study: optuna.Study, params: Mapping[str, Any],
               tags: Mapping[str, str]) -> str:
-    """The id of the study's parent run (marked RUNNING again), created if it has none."""
+    """The id of the study's parent run (marked RUNNING again, ``tags`` set again: a moved run directory's
+    ``optuna.storage``), created if it has none."""
+    from mlflow.entities import RunTag
+
     from .. import faults
 
     parent = study.user_attrs.get(PARENT)
     if parent and _active(client, parent):
         client.update_run(parent, status="RUNNING")
+        client.log_batch(parent, tags=[RunTag(k, str(v)) for k, v in tags.items()])
         return parent
     uid = study.user_attrs[UID]
     found = client.search_runs([experiment_id], f"tags.`{STUDY_UID}` = '{uid}' and tags.`{tracking.KIND}` = 'sweep'",
@@ -52,6 +57,7 @@ def sweep_run(client, experiment_id: str, study: optuna.Study, params: Mapping[s
     if found:                       # created by a start cut short before the study knew it
         parent = found[0].info.run_id
         client.update_run(parent, status="RUNNING")
+        client.log_batch(parent, tags=[RunTag(k, str(v)) for k, v in tags.items()])
     else:
         parent = tracking.start_sweep_run(client, experiment_id, params["name"], params=params["params"],
                                           tags={**tags, STUDY_UID: uid})
@@ -145,6 +151,7 @@ def reconcile(client, config: SweepConfig, study: optuna.Study) -> None:
                          f"study {config.study_name}", f"every trial MLflow has a run of (it has trial {lost[-1]}, the "
                          f"journal only {len(trials)} trials: it was truncated or replaced). Restore it, or start "
                          f"afresh with a new --study or --out")
+    objective, rebuilt = None, 0
     for trial in trials:
         if not trial.state.is_finished():
             continue              # running (here or on another host) or queued: its worker logs it
@@ -158,13 +165,20 @@ def reconcile(client, config: SweepConfig, study: optuna.Study) -> None:
                             run.info.run_id, trial.number, run.info.status, trial.state.name)
         if agree or trial.number in pending or _pending_elsewhere(trial, config):
             continue
-        if trial.state == TrialState.COMPLETE:
-            log.warning("%s: trial %d is COMPLETE but its MLflow run is gone: it cannot be exported",
-                        config.study_name, trial.number)
+        if trial.state == TrialState.COMPLETE and "results" in trial.user_attrs:
+            if objective is None:
+                from .objective import Objective
+
+                objective = Objective(config)
+            objective.relog(trial)
+            rebuilt += 1
             continue
         reason = trial.user_attrs.get("failure_reason") or trial.user_attrs.get("prune_reason") or \
             "failed without a recorded reason"
         record_trial(client, config, trial, trial.state.name, reason, missing_only=True)   # a reaper may log it now
+    if rebuilt:
+        log.warning("%s: %d COMPLETE trial(s) had no MLflow run; logged again from the Optuna study",
+                    config.study_name, rebuilt)
 
 
 

@@ -33,6 +33,7 @@ from ..errors import InputError, ParameterError
 from ..model.algorithm import verify
 from ..model.hardware import profile_to_dict
 from ..safety import output_dir, safe_name, storage_url, tracking_uri
+from .damage import check_run_dir
 from .evaluate import runner_times
 from .lowered import lowering
 from .objective import Objective, SweepConfig, TrialFailed
@@ -76,6 +77,7 @@ class TuneRequest:
     resume: bool = False        # the study must exist already (several hosts: start one, --resume the rest)
     extend: bool = False        # the space may have grown (choices, ranges, sizes) since the study was made
     adopt: bool = False         # log into an experiment of the same name that another tool created
+    repair: bool = False        # rebuild a damaged or missing MLflow store, damaged sweep records (tuning/damage.py)
     margin: float = 0.10
     synth_time_limit: float | None = 60.0
     heartbeat: float = INTERVAL     # seconds between a running trial's heartbeats (silent for 3: failed, retried)
@@ -221,7 +223,8 @@ def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, o
         "name": f"sweep-{study_name}",
         "params": {"space": space_path.name, "sizes": ",".join(map(str, space.sizes)), "runner": runner.name,
                    "sampler": request.sampler, "margin": request.margin, "seed": request.seed}},
-        tags={**target_tags, "optuna.study": study_name, "optuna.storage": storage})
+        tags={**target_tags, "optuna.study": study_name,
+              "optuna.storage": tracking.relative_path(client.tracking_uri, storage)})   # a moved --out: its own
     log_baselines(client, out, experiment_id, parent, ref, space, collective)
 
     config = SweepConfig(space=str(space_path), collective=collective, out_dir=str(out),
@@ -279,7 +282,8 @@ def run_workers(config: SweepConfig, config_path: Path, study: optuna.Study, wor
         return
     # every worker may run them all: the study-wide count (cluster/loop.py) stops them, and a worker
     # that outlives a killed one runs its retried trial
-    cmd = [sys.executable, "-m", "autotaccl.tuning.worker", str(config_path), "--n-trials", str(remaining)]
+    cmd = [sys.executable, "-m", "autotaccl.tuning.worker", str(config_path), "--n-trials", str(remaining),
+           "--parent", str(os.getpid())]          # a worker stops once this process is gone (SIGKILLed)
     procs = [subprocess.Popen([*cmd, "--index", str(i)]) for i in range(workers)]
     deadline = None if config.timeout is None else time.monotonic() + config.timeout + 300
     try:
@@ -403,7 +407,11 @@ def tune(request: TuneRequest, collectives: Sequence[str] | None = None) -> list
 
     outbox.limit_client_retries()
     with locks.Lock(storage, out, "prepare"):     # several `autotaccl tune` on one storage prepare one at a time
+        check_run_dir(out, uri, [study_name_for(request, space, c) for c in chosen], request.repair)
         client = outbox.retrying(tracking.init_store, uri)
+        if request.tracking_uri is None and (moved := tracking.own_artifacts(uri, out / "mlartifacts")):
+            log.warning("%s was copied or moved: the runs of %s now keep their artifacts in its mlartifacts/", out,
+                        ", ".join(moved))
         outbox.replay(out, client)
     summaries = []
     for collective in chosen:

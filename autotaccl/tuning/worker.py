@@ -3,7 +3,8 @@
 The driver (``autotaccl tune --workers K``) prepared storage, tracking, reference and seeds; a worker
 only loads the study and runs trials on the shared storage. Ctrl-C reaches every worker of the terminal:
 each marks its trial interrupted and exits with status 130, quietly (the driver says it once); a full
-disk is one line and status 1.
+disk is one line and status 1. A worker whose driver is gone (``--parent``: SIGKILLed, it could stop no
+one) interrupts itself the same way, so no worker outlives its ``tune`` and the next start redoes its trial.
 """
 from __future__ import annotations
 
@@ -20,9 +21,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("config")
     parser.add_argument("--n-trials", type=int, required=True)
     parser.add_argument("--index", type=int, default=0)
+    parser.add_argument("--parent", type=int, help="the driver's pid: stop once it is gone")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format=f"worker {args.index}: %(levelname)s %(name)s: %(message)s")
     raise_lost_interrupts()
+    if args.parent is not None:
+        _watch(args.parent)
     try:
         return _run(Path(args.config), args.n_trials)
     except (KeyboardInterrupt, Exception) as err:
@@ -34,6 +38,23 @@ def main(argv: list[str] | None = None) -> int:
         if stop[0] != 130:                  # Ctrl-C: the driver says it, once
             logging.getLogger(__name__).error("%s", stop[1])
         return stop[0]
+
+
+def _watch(parent: int, every: float = 1.0) -> None:
+    """Send this process SIGINT (a Ctrl-C: the running trial is marked interrupted) once ``parent`` is no
+    longer its parent (it died and the worker was re-parented)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every)
+        logging.getLogger(__name__).warning("the tune that started this worker (pid %d) is gone: stopping", parent)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def _run(config_path: Path, n_trials: int) -> int:
