@@ -25,7 +25,7 @@ from typing import Sequence
 import pandas as pd
 
 from autotaccl.sizes import format_size
-from autotaccl.tracking import logged_sizes
+from autotaccl.tracking import local_path, logged_sizes
 from autotaccl.tracking.plots import busbw_figure, progress_figure, save_png
 from autotaccl.tuning import export as ex
 from autotaccl.tuning import runtimes as rt
@@ -218,8 +218,9 @@ def deploy_section(rows: Sequence[dict], export_dir: Path | None, page_dir: Path
 
 
 def experiment_section(experiment, frame: pd.DataFrame, out: Path, client=None, export_dir: Path | None = None,
-                       page_dir: Path | None = None) -> tuple[str, list[dict]]:
-    """The experiment's HTML section and its per-size winners."""
+                       page_dir: Path | None = None, tracking_uri: str | None = None) -> tuple[str, list[dict]]:
+    """The experiment's HTML section and its per-size winners (``tracking_uri`` resolves the study's storage
+    where the runs name it relative to their run directory)."""
     e = html.escape
     slug = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in experiment.name)
     kind = frame.get("tags.autotaccl.kind", pd.Series(dtype=str))
@@ -281,6 +282,7 @@ def experiment_section(experiment, frame: pd.DataFrame, out: Path, client=None, 
     if not sweeps.empty and "tags.optuna.storage" in sweeps:
         storage, study_name = sweeps["tags.optuna.storage"].iloc[0], sweeps["tags.optuna.study"].iloc[0]
         try:
+            storage = local_path(tracking_uri, storage) if tracking_uri else storage
             study = _load_study(storage, study_name)
             more, why = _optuna_plots(study, slug, out)
             plots += more + _progress_plot(study, slug, out)
@@ -311,7 +313,7 @@ def build_report(tracking_uri: str, experiments: Sequence[str] | None, out_dir: 
         where = None if export_dir is None else Path(export_dir).resolve()
         for experiment in found:
             frame = mlflow.search_runs(experiment_ids=[experiment.experiment_id], max_results=50_000)
-            section, won = experiment_section(experiment, frame, tmp, client, where, out)
+            section, won = experiment_section(experiment, frame, tmp, client, where, out, tracking_uri)
             sections.append(section)
             winners += won
         (tmp / "report.json").write_text(json.dumps({"winners": winners}, indent=1))

@@ -403,7 +403,7 @@ def test_a_space_object_runs_in_worker_processes(tmp_path):
                                   seed=3))
     assert dict(os.environ) == environment
     config = json.loads((out / "sweeps" / f"{summary.study}.json").read_text())
-    assert config["heartbeat"] == 7 and config["space"] == str(out / "sweeps" / f"{summary.study}.space.yaml")
+    assert config["heartbeat"] == 7 and config["space"] == f"sweeps/{summary.study}.space.yaml"   # relative to OUT
     written = load_space(config["space"])
     assert written == replace(space, source=config["space"], hardware=written.hardware)
     assert written.profile == replace(space.profile, source=written.hardware)
