@@ -45,6 +45,7 @@ import networkx as nx
 
 from .model.collectives import canonical_name
 from .model.protocols import edge_latency
+from .model.switch import COLLECTIVES as SWITCH_COLLECTIVES
 from .model.topology import capacity_graph
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,6 @@ def bounds(graph: nx.DiGraph, collective_name: str, efficiency: Mapping[str, flo
     return _CACHE[key]
 
 
-SWITCH_COLLECTIVES = ("allreduce", "reducescatter", "allgather")
 _FREE = 1e12       # GB/s: an arc no cut is ever bound by
 
 

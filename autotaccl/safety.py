@@ -41,6 +41,23 @@ def file_stem(text: str) -> str:
     return stem[:128] or "unnamed"
 
 
+def relative_inside(path: str, base: Path) -> str:
+    """``path`` relative to ``base`` if it lies in it, else as it is (URLs too): how a run directory's
+    stores name each other, so that a copied or moved directory reads its own."""
+    if "://" in path:
+        return path
+    try:
+        return str(Path(path).resolve().relative_to(Path(base).resolve())) or "."
+    except ValueError:
+        return path
+
+
+def anchored(path: str, base: Path) -> str:
+    """``path`` as :func:`relative_inside` wrote it, made absolute against ``base`` (URLs and absolute
+    paths as they are)."""
+    return path if "://" in path else str(Path(base).resolve() / path)
+
+
 def path_arg(value: str, flag: str) -> str:
     """A path argument: non-empty and without NUL bytes (the OS would refuse it mid-run)."""
     if not value or "\x00" in value:

@@ -127,10 +127,11 @@ def attainable_us(graph: nx.DiGraph, collective: str, size: float, protocol: str
     derate = {c: efficiency.get(c, 1.0) * proto.efficiency for c in classes}
     bound = bound_time_us(bounds(graph, collective, derate, proto.hops), size)
     profile = graph.graph.get("profile")
-    if switch and proto.name == SWITCH_PROTOCOL and profile is not None and profile.nccl.nvls is not None:
-        switch = switch_bounds(graph, collective, derate, proto.hops, profile.nccl.nvls.efficiency)
-        if switch is not None:
-            bound = min(bound, bound_time_us(switch, size))
+    nvls = None if profile is None else profile.nccl.nvls
+    if switch and proto.name == SWITCH_PROTOCOL and nvls:
+        through = switch_bounds(graph, collective, derate, proto.hops, nvls.efficiency)
+        if through is not None:
+            bound = min(bound, bound_time_us(through, size))
     return proto.launch_us + bound
 
 

@@ -50,7 +50,7 @@ from .gcpause import gc_paused
 from .model.algorithm import Algorithm, Transfer
 from .model.collectives import canonical_name, make_collective
 from .model.dependencies import transfer_dependencies
-from .model.switch import PROTOCOL as SWITCH_PROTOCOL, multimem_us, port_share, switch_port
+from .model.switch import COLLECTIVES as SWITCH_COLLECTIVES, PROTOCOL as SWITCH_PROTOCOL, multimem_us, port_share, switch_port
 from .model.protocols import (PROTOCOLS, Protocol, across_nodes, canonical_protocol, default_protocols,
                               edge_latency, is_net, ll_scale)
 
@@ -103,9 +103,6 @@ def simulate(algorithm: Algorithm, graph: nx.DiGraph, size: int, protocol: str |
              instances: int = 1) -> SimResult:
     """Simulated time and nccl-tests bandwidths of ``algorithm`` on ``graph`` at nccl-tests size ``size``."""
     return _run(_plan(algorithm, graph, protocol, instances), algorithm, size)
-
-
-SWITCH_COLLECTIVES = ("allreduce", "reducescatter", "allgather")
 
 
 def simulate_switch(graph: nx.DiGraph, collective: str, size: int, protocol: str | None = None) -> SimResult:

@@ -24,9 +24,7 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 import warnings
@@ -44,7 +42,7 @@ from autotaccl.model.algorithm import VerificationError  # noqa: E402
 from autotaccl.model.topology import fingerprint  # noqa: E402
 from autotaccl.sizes import format_size  # noqa: E402
 from autotaccl.sketch import sketch_key  # noqa: E402
-from autotaccl.tuning.banded import BandedSampler  # noqa: E402
+from autotaccl.tuning.banded import BandedSampler, bands  # noqa: E402
 from autotaccl.tuning.cache import SynthesisCache, cache_key  # noqa: E402
 from autotaccl.tuning.evaluate import score, simulate_times, size_results, synth_options, synthesize_cached  # noqa: E402
 from autotaccl.tuning.explore import enqueue_unseen, is_repeat, stuck  # noqa: E402
@@ -148,10 +146,8 @@ class Variant:
 
 
 def bands_of(sizes) -> list[list[int]]:
-    """Size indices in three bands (small, middle, large)."""
-    n = len(sizes)
-    cut = [0, n // 3, 2 * n // 3, n]
-    return [list(range(cut[i], cut[i + 1])) for i in range(3)]
+    """Size indices in three bands (small, middle, large), cut as the banded sampler cuts them."""
+    return [list(band) for band in bands(range(len(sizes)), 3)]
 
 
 def variants() -> dict[str, Variant]:
@@ -266,13 +262,10 @@ def plot(curves: dict[str, list[list[float]]], title: str, path: Path) -> None:
 
 
 def machine() -> str:
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()
-    return (f"commit {commit}{' (with uncommitted changes)' if dirty else ''}, {platform.machine()} "
-            f"{platform.processor() or ''} {os.cpu_count()} cores, Python {platform.python_version()}, "
-            f"Optuna {optuna.__version__}")
+    """The commit and machine (``benchmarks/record.py``'s) and the Optuna the samplers come from."""
+    import record
+
+    return f"commit {record.commit()}, {record.machine()}, Optuna {optuna.__version__}"
 
 
 def main() -> int:

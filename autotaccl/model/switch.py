@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from .protocols import Nvls
 
 PROTOCOL = "Simple"
+COLLECTIVES = ("allreduce", "reducescatter", "allgather")     # what the switch can run
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME, MLFL
 from .. import faults
 from ..errors import ParameterError
 from ..interrupts import held_interrupt
+from ..safety import anchored, relative_inside
 
 log = logging.getLogger(__name__)
 
@@ -200,8 +201,7 @@ def ensure_experiment(client: MlflowClient, name: str, artifact_root: Path | Non
                 client.set_experiment_tag(existing.experiment_id, key, value)
         return existing.experiment_id
     location = (Path(artifact_root).resolve() / name).as_uri() if artifact_root else None
-    tags = {**tags, **EXPERIMENT_KIND}
-    tags = {**tags, MLFLOW_RUN_NOTE: description} if description else tags   # an experiment's note too
+    tags = {**tags, **EXPERIMENT_KIND, **({MLFLOW_RUN_NOTE: description} if description else {})}   # its note too
     return client.create_experiment(name, artifact_location=location, tags=tags)
 
 
@@ -376,23 +376,21 @@ def own_artifacts(uri: str, artifact_root: Path) -> list[str]:
 
 def local_path(tracking_uri: str, reference: str) -> str:
     """A path a run records (``optuna.storage``), made absolute: a relative one is relative to the
-    directory of the local store ``tracking_uri`` (a run directory's stores name each other that way, so
-    a copied or moved directory reads its own); URLs and absolute paths as they are."""
+    directory of the local store ``tracking_uri`` (:func:`relative_path` wrote it)."""
     if "://" in reference or Path(reference).is_absolute():
         return reference
     store = sqlite_path(tracking_uri)
     if store is None:
         raise ParameterError("tracking_uri", tracking_uri, f"the local store of the run directory its runs name "
                                                            f"{reference!r} in (a relative path)")
-    return str(store.resolve().parent / reference)
+    return anchored(reference, store.parent)
 
 
 def relative_path(tracking_uri: str, path: str) -> str:
     """``path`` as runs of the local store ``tracking_uri`` record it: relative to the store's directory
     if it lies in it (:func:`local_path` reads it back), else as it is."""
     store = sqlite_path(tracking_uri)
-    if store is None or "://" in path:
-        return path
+    return path if store is None else relative_inside(path, store.parent)
     try:
         return str(Path(path).resolve().relative_to(store.resolve().parent))
     except ValueError:

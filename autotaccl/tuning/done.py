@@ -62,8 +62,8 @@ def stop_reason(runs: Sequence[tuple[int, Results]], sizes: Sequence[int], until
         worst = min(last[s].share for s in sizes)
         return f"every size is within {until:.0%} of its attainable bound (the farthest at {worst:.1%})"
     if patience is not None and len(runs) >= patience:
-        improved = [i for i in range(len(steps)) if i == 0 or _better(steps[i], steps[i - 1])]
-        idle = len(steps) - 1 - improved[-1]
+        idle = next(len(steps) - 1 - i for i in range(len(steps) - 1, -1, -1)
+                    if i == 0 or _better(steps[i], steps[i - 1]))
         if idle >= patience:
             return f"no trial improved any size's best for {idle} trials (--patience {patience})"
     return None

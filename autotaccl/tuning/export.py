@@ -185,31 +185,33 @@ def complete_in_optuna(frame: pd.DataFrame, sweeps: pd.DataFrame, tracking_uri: 
 
 
 def _same_study(frame: pd.DataFrame, sweep: pd.Series, attrs, trials, where: str, name: str) -> None:
-    """Refuse a study the sweep's runs were not logged from, in one line: another study's uid, or a verified
-    trial run whose trial the study lacks or completed with another objective."""
-    from .records import STUDY_UID
-    from .study import UID
-
-    uid = sweep.get(f"tags.{STUDY_UID}")
-    why = None
-    if isinstance(uid, str) and attrs.get(UID) not in (None, uid):
-        why = f"the sweep run {sweep.run_id} belongs to study uid {uid}, this one is {attrs.get(UID)}"
-    parent = frame.get("tags.mlflow.parentRunId", pd.Series("", index=frame.index)).astype(str)
-    for _, run in frame[(frame["tags.autotaccl.kind"] == "trial") & (parent == sweep.run_id)].iterrows():
-        if why:
-            break
-        number = str(run.get("tags.optuna.trial", ""))
-        trial = trials.get(int(number)) if number.isdigit() else None
-        value = run.get("metrics.objective")
-        if trial is None:
-            why = f"run {run.run_id} is of trial {number}, which it does not have ({len(trials)} trials)"
-        elif trial.value is not None and isinstance(value, float) and not math.isclose(value, trial.value,
-                                                                                       rel_tol=1e-9):
-            why = f"run {run.run_id} has objective {value:.6g} for trial {number}, the study {trial.value:.6g}"
+    """Refuse a study the sweep's runs were not logged from, in one line (:func:`_other_study`)."""
+    why = _other_study(frame, sweep, attrs, trials)
     if why:
         raise InputError(where, f"study {name}", f"the study this store's runs were logged from ({why}): the runs "
                          f"point at another copy of it; run `autotaccl tune` on the run directory that holds this "
                          f"store to point them at its own study")
+
+
+def _other_study(frame: pd.DataFrame, sweep: pd.Series, attrs, trials) -> str | None:
+    """Why the study (``attrs``, ``trials`` by number) is not the one the sweep's runs were logged from:
+    another study's uid, or a trial run whose trial it lacks or completed with another objective."""
+    from .records import STUDY_UID
+    from .study import UID
+
+    uid = sweep.get(f"tags.{STUDY_UID}")
+    if isinstance(uid, str) and attrs.get(UID) not in (None, uid):
+        return f"the sweep run {sweep.run_id} belongs to study uid {uid}, this one is {attrs.get(UID)}"
+    parent = frame.get("tags.mlflow.parentRunId", pd.Series("", index=frame.index)).astype(str)
+    for _, run in frame[(frame["tags.autotaccl.kind"] == "trial") & (parent == sweep.run_id)].iterrows():
+        number = str(run.get("tags.optuna.trial", ""))
+        trial = trials.get(int(number)) if number.isdigit() else None
+        value = run.get("metrics.objective")
+        if trial is None:
+            return f"run {run.run_id} is of trial {number}, which it does not have ({len(trials)} trials)"
+        if trial.value is not None and isinstance(value, float) and not math.isclose(value, trial.value, rel_tol=1e-9):
+            return f"run {run.run_id} has objective {value:.6g} for trial {number}, the study {trial.value:.6g}"
+    return None
 
 
 def sweep_runner(experiment_id: str) -> str | None:

@@ -26,6 +26,7 @@ from ..formats.msccl import LoweringError
 from ..model.algorithm import VerificationError, to_json
 from ..model.hardware import profile_to_dict
 from ..model.topology import fingerprint
+from ..safety import anchored, relative_inside
 from ..tracking import outbox
 from .cache import SynthesisCache
 from .evaluate import (SizeResult, WrongResults, results_frame, runner_times, score, simulate_times, size_results,
@@ -69,9 +70,9 @@ class SweepConfig:
         base = Path(path).resolve().parent.parent
         data = asdict(self)
         for key in PATHS:
-            data[key] = _inside(data[key], base)
-        if (db := tracking.sqlite_path(self.tracking_uri)) is not None and _inside(str(db), base) != str(db):
-            data["tracking_uri"] = "sqlite:///" + _inside(str(db), base)
+            data[key] = relative_inside(data[key], base)
+        if (db := tracking.sqlite_path(self.tracking_uri)) is not None and relative_inside(str(db), base) != str(db):
+            data["tracking_uri"] = "sqlite:///" + relative_inside(str(db), base)
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(json.dumps(data, indent=1))
         tmp.replace(path)
@@ -83,8 +84,7 @@ class SweepConfig:
             data = json.loads(Path(path).read_text())
             base = Path(path).resolve().parent.parent
             for key in PATHS:
-                if "://" not in data[key]:
-                    data[key] = str(base / data[key])
+                data[key] = anchored(data[key], base)
             db = tracking.sqlite_path(data["tracking_uri"])
             if db is not None and not db.is_absolute():
                 data["tracking_uri"] = tracking.sqlite_uri(base / db)
@@ -95,16 +95,6 @@ class SweepConfig:
 
 
 PATHS = ("space", "out_dir", "storage", "reference")     # SweepConfig fields that name files
-
-
-def _inside(path: str, base: Path) -> str:
-    """``path`` relative to ``base`` if it lies in it (URLs and paths outside as they are)."""
-    if "://" in path:
-        return path
-    try:
-        return str(Path(path).resolve().relative_to(base)) or "."
-    except ValueError:
-        return path
 
 
 class TrialFailed(RuntimeError):

@@ -46,18 +46,19 @@ def sweep_run(client, experiment_id: str, study: optuna.Study, params: Mapping[s
 
     from .. import faults
 
+    def resumed(run_id: str) -> str:
+        client.update_run(run_id, status="RUNNING")
+        client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+        return run_id
+
     parent = study.user_attrs.get(PARENT)
     if parent and _active(client, parent):
-        client.update_run(parent, status="RUNNING")
-        client.log_batch(parent, tags=[RunTag(k, str(v)) for k, v in tags.items()])
-        return parent
+        return resumed(parent)
     uid = study.user_attrs[UID]
     found = client.search_runs([experiment_id], f"tags.`{STUDY_UID}` = '{uid}' and tags.`{tracking.KIND}` = 'sweep'",
                                order_by=["attributes.start_time ASC"], max_results=1)
     if found:                       # created by a start cut short before the study knew it
-        parent = found[0].info.run_id
-        client.update_run(parent, status="RUNNING")
-        client.log_batch(parent, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+        parent = resumed(found[0].info.run_id)
     else:
         parent = tracking.start_sweep_run(client, experiment_id, params["name"], params=params["params"],
                                           tags={**tags, STUDY_UID: uid})

@@ -1,6 +1,7 @@
 """``check_plan``: static rules, then a replay of several back-to-back calls in each buffer mode."""
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import replace
 from pathlib import Path
@@ -44,7 +45,7 @@ def check_plan(plan: Plan, source: str = "<plan>", mode: str = "plan", ranks_per
         warnings.append(Problem("ranks per node unknown: memory channels are not checked to stay inside a node"))
     replay_calls = 0
     if not errors:
-        for m, shifted in ((m, s) for m in modes for s in ((False, True) if offsets else (False,))):
+        for m, shifted in itertools.product(modes, (False, True) if offsets else (False,)):
             replay = Replay(plan, m, calls, shifted)
             replay_calls = replay.calls
             problem = replay.run()

@@ -159,7 +159,7 @@ class Replay:
         return [self._locate(rank, alloc, base + x, buf, via) for x in range(start, start + n)]
 
     def _locate(self, rank: int, alloc: int, pos: int, buf: str, via) -> tuple:
-        """The cell at unit ``pos`` of ``rank``'s allocation ``alloc``; _Race if no buffer holds it."""
+        """The cell at unit ``pos`` of ``rank``'s allocation ``alloc``; _Outside if no buffer holds it."""
         for name in ("i", "o"):
             a, start, idx = self.place[rank][name]
             size = self.in_units if name == "i" else self.out_units
