@@ -126,6 +126,14 @@ def run_tune(*args: str, fault: str | None = None, timeout: float = 300, **kwarg
     return subprocess.run(tune_cmd(*args), capture_output=True, text=True, timeout=timeout, env=env, **kwargs)
 
 
+def one_line(proc: subprocess.CompletedProcess, status: int = 2) -> str:
+    """The single error line of a refused run (and no traceback)."""
+    assert proc.returncode == status, proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("autotaccl: ")]
+    assert "Traceback" not in proc.stderr and len(lines) == 1, proc.stderr
+    return lines[0]
+
+
 def exported(uri: str, out: Path) -> dict:
     """``autotaccl export`` of a store, without run ids and trial numbers (which differ between two sweeps
     that found the same algorithms): the table, the XML texts and the winners."""

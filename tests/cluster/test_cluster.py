@@ -198,6 +198,7 @@ def test_an_unreachable_mlflow_server_is_recorded_locally_and_replayed(tmp_path,
                              "-o", str(tmp_path / "exported")], capture_output=True, text=True, timeout=300)
     assert export.returncode == 0, export.stdout + export.stderr
     assert outbox.pending(out) == 0
+    assert not list((out / outbox.PENDING).glob("*"))      # replayed files are removed, not left empty
     assert (tmp_path / "exported" / "table.json").is_file()
     mlflow.set_tracking_uri(mlflow_server.uri)
     runs = mlflow.search_runs(experiment_names=["pairx2-allgather"])

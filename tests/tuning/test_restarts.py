@@ -17,18 +17,10 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from autotaccl.tracking import sqlite_uri
-from support import (NDV2_SPACE, SWEEP, VENV_BIN, assert_like_clean, exported, fresh_store, run_tune, runs,
-                     study_trials, sweep_args, tune_cmd, write_space)
+from support import (NDV2_SPACE, SWEEP, VENV_BIN, assert_like_clean, exported, fresh_store, one_line, run_tune,
+                     runs, study_trials, sweep_args, tune_cmd, write_space)
 
 pytestmark = pytest.mark.slow      # every test runs real sweeps, some of them twice
-
-
-def _one_line(proc: subprocess.CompletedProcess, status: int = 2) -> str:
-    """The single error line of a refused run (and no traceback)."""
-    assert proc.returncode == status, proc.stdout + proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("autotaccl: ")]
-    assert "Traceback" not in proc.stderr and len(lines) == 1, proc.stderr
-    return lines[0]
 
 
 # --------------------------------------------------------------------------- item 2: a full disk
@@ -87,11 +79,11 @@ def test_a_full_disk_stops_the_sweep_without_counting_the_trial_and_a_rerun_fini
     finally:
         if proc.poll() is None:
             proc.kill()
-    full = _one_line(subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), status=1)
+    full = one_line(subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), status=1)
     assert "No space left on device" in full or "disk is full" in full, full
     assert "not counted" in full
 
-    still = _one_line(run_tune(*args), status=1)          # the disk is still full: said again, nothing counted
+    still = one_line(run_tune(*args), status=1)          # the disk is still full: said again, nothing counted
     assert "No space left on device" in still or "disk is full" in still, still
     assert sum(t.state == TrialState.COMPLETE for t in study_trials(out)) == 2
 
@@ -166,7 +158,7 @@ def test_a_damaged_or_lost_journal_is_refused_in_one_line_never_restarted(damage
     args, out = _copy_of(finished, tmp_path)
     before = len(runs(out))
     damage(out / "optuna.journal")
-    line = _one_line(run_tune(*args))
+    line = one_line(run_tune(*args))
     assert "optuna.journal" in line and says in line and ("restore" in line.lower()), line
     assert len(runs(out)) == before                     # nothing logged: no duplicate run names in MLflow
 
@@ -216,12 +208,12 @@ def test_a_rerun_with_an_edited_space_is_one_line_naming_the_change(change, fiel
     before = (len(study_trials(out)), len(runs(out)))
     edited = _edited(tmp_path, change)
     args = [a if not a.endswith("space.yaml") else str(edited) for a in args]
-    line = _one_line(run_tune(*args))
+    line = one_line(run_tune(*args))
     assert f"{edited}: {field}:" in line and "--study" in line and "--extend" in line, line
     assert ("add it to this study with --extend" in line) == extendable, line
     assert (len(study_trials(out)), len(runs(out))) == before        # no garbage trial, nothing logged
     if not extendable:
-        _one_line(run_tune(*args, "--extend"))
+        one_line(run_tune(*args, "--extend"))
 
 
 def test_extend_adds_choices_and_sizes_and_keeps_every_result_where_it_was_measured(finished, tmp_path):
@@ -251,7 +243,7 @@ def test_extend_adds_choices_and_sizes_and_keeps_every_result_where_it_was_measu
     assert report.returncode == 0, report.stderr
     # the grown space is now the study's: a rerun of it needs no --extend, and the old space is refused
     assert run_tune(*args).returncode == 0
-    assert ": sizes: what study" in _one_line(run_tune(*original))
+    assert ": sizes: what study" in one_line(run_tune(*original))
 
 
 # --------------------------------------------------------------------------- item 7: where the store goes
@@ -277,7 +269,7 @@ def test_an_experiment_another_tool_made_is_refused_unless_adopted(tmp_path):
     client = MlflowClient(tracking_uri=sqlite_uri(out / "mlflow.db"))
     foreign = client.create_experiment(SWEEP)
     client.create_run(foreign, run_name="someone-elses")
-    line = _one_line(run_tune(*args))
+    line = one_line(run_tune(*args))
     assert SWEEP in line and "--adopt" in line, line
     assert len(client.search_runs([foreign])) == 1                   # nothing logged into it
     adopted = run_tune(*args, "--adopt")
@@ -285,11 +277,11 @@ def test_an_experiment_another_tool_made_is_refused_unless_adopted(tmp_path):
     assert exported(sqlite_uri(out / "mlflow.db"), tmp_path / "export")["table"]
 
 
-def test_a_deleted_experiment_of_the_same_name_is_refused_in_one_line(tmp_path):
+def test_a_deleted_experiment_of_the_same_name_is_refused_inone_line(tmp_path):
     args, out = sweep_args(tmp_path)
     client = MlflowClient(tracking_uri=sqlite_uri(out / "mlflow.db"))
     client.delete_experiment(client.create_experiment(SWEEP, tags={"autotaccl.target": "ndv2x2"}))
-    line = _one_line(run_tune(*args))
+    line = one_line(run_tune(*args))
     assert "deleted" in line and "mlflow experiments restore" in line, line
 
 
