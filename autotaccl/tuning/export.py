@@ -544,6 +544,9 @@ def markdown(table: pd.DataFrame) -> str:
 
 
 def readme(ranges: Sequence[Range], notes: Sequence[str]) -> str:
+    from ..formats.mscclpp.lower.options import PLACEMENTS
+
+    placement_note = PLACEMENTS["anywhere"]
     load = rt.load_commands("/path/to/this/export")
     files = sorted({f for r in ranges for f in (r.xml, r.legacy_xml, *r.plans) if f})
     bands = "\n".join(f"* {_md(r.collective)} {_md(r.sizes)}: {_md(r.winner)}" for r in ranges)
@@ -574,7 +577,8 @@ above which stock NCCL runs. Sizes no file selects (bands a baseline won) run st
 
 `min_message_size`/`max_message_size` are inclusive (2^64-1: no limit). There is one plan per buffer mode
 (`.outofplace`, `.inplace`); the NCCL shim picks by world size, ranks per node, collective, in-place flag and size,
-and falls back to NCCL elsewhere.
+and falls back to NCCL elsewhere. Placement: {placement_note} (each plan's `autotaccl.placement` says so), so
+tensors from PyTorch's caching allocator, which sit inside bigger allocations, are fine.
 
 ## Stock NCCL: `nccl/nccl_tuner.conf` (NCCL's example tuner plugin, NCCL >= 2.19)
 

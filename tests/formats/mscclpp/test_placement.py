@@ -133,10 +133,10 @@ def test_peer_buffer_is_at_the_referring_ranks_const_offset():
 # --------------------------------------------------------------- the lowering, before and after
 
 
-def in_place_ring_allgather() -> dict:
+def in_place_ring_allgather(placement: str) -> dict:
     graph = build_topology(load_hardware("ndv2"), 2)
     algorithm = baseline(graph, "allgather", "ring")
-    return to_json(lower_plan(algorithm, graph, PlanOptions(inplace=True)))
+    return to_json(lower_plan(algorithm, graph, PlanOptions(inplace=True, placement=placement)))
 
 
 def as_old_lowering(data: dict) -> dict:
@@ -159,13 +159,26 @@ def as_old_lowering(data: dict) -> dict:
     return old
 
 
-def test_old_in_place_allgather_across_nodes_is_refused_and_the_new_one_passes():
-    new = in_place_ring_allgather()
-    old = as_old_lowering(new)
+def valid(data, offsets=False) -> bool:
+    return check_plan(parse_plan(copy.deepcopy(data), "<plan>"), "<plan>", "inplace", offsets=offsets).valid
+
+
+def test_in_place_allgather_across_nodes_old_start_and_anywhere():
+    """Ring AllGather on ndv2 x2, in place: the old lowering (port puts from ``i``) is refused; placement
+    ``start`` (port puts from the output block) passes but not inside bigger allocations; the default
+    ``anywhere`` (port puts from scratch) passes both, and its metadata says which it assumes."""
+    start = in_place_ring_allgather("start")
+    old = as_old_lowering(start)
     report = check_plan(parse_plan(copy.deepcopy(old), "<old>"), "<old>", "inplace")
     assert not report.valid
-    assert "ends as" in str(report.first) or "race" in str(report.first)
-    assert check_plan(parse_plan(copy.deepcopy(new), "<new>"), "<new>", "inplace").valid
+    assert "race on" in str(report.first) or "ends as" in str(report.first)
+    assert valid(start) and not valid(start, offsets=True)
+    anywhere = in_place_ring_allgather("anywhere")
+    assert valid(anywhere) and valid(anywhere, offsets=True)
+    assert (start["autotaccl"]["placement"], anywhere["autotaccl"]["placement"]) == ("start", "anywhere")
+    port_sources = {ref["type"] for g in anywhere["gpus"] for block in g["threadblocks"] for op in block["ops"]
+                    if op.get("channel_type") == "port" for ref in op.get("src_buff", [])}
+    assert port_sources == {"s"}
 
 
 def test_cli_offsets_replays_buffers_inside_bigger_allocations(tmp_path, capsys):
