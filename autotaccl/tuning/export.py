@@ -566,7 +566,9 @@ predicts it on the same profile.
     {load["msccl"]}
     {load["msccl-legacy"]}
 
-Keep each directory free of other files (a malformed file fails communicator init). The executor's
+Keep each directory free of other files (a malformed file fails communicator init), and never copy a
+`msccl-legacy/` file into `MSCCL_ALGO_DIR`: it has no `outofplace` attribute, which msccl-executor-nccl's
+parser requires, so that runtime refuses it. The executor's
 `maxBytes` is inclusive and `0` is no limit; the legacy runtime's is exclusive and `0` means never, so its
 files say `maxBytes` = the next band's first size and the largest band stops at {rt.LEGACY_CAP} bytes (1 GiB),
 above which stock NCCL runs. Sizes no file selects (bands a baseline won) run stock NCCL.
