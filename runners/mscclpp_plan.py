@@ -31,6 +31,7 @@ from runners.mpi import launcher_command
 from runners.results import frame, make_row
 
 GPU_DEVICES = ("/dev/nvidia0", "/dev/kfd")          # CUDA, ROCm
+DTYPES = ("float32", "float16", "int32")            # bench's dtypes that mscclpp.DataType has
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ class MscclppOptions:
         check(self.np is not None or (self.launcher is not None and self.hostfile is None), "--np", "(missing)",
               "the number of ranks (one per GPU) to launch, or a whole --launcher line, for --runner mscclpp")
         check_launched(self)
+        check(self.dtype in DTYPES, "--dtype", self.dtype, f"one of {', '.join(DTYPES)} (the executor's data types)")
+        check(self.op == "sum", "--op", self.op, "sum (our plans' reductions are sums; the executor takes no op)")
         check(self.offset >= 0 and self.offset % 16 == 0, "--offset", self.offset,
               "a byte offset >= 0, a multiple of 16 (the plans' buffer alignment)")
 

@@ -68,6 +68,10 @@ def test_bad_options_name_their_flag(plan_file):
     with pytest.raises(InputError) as err:
         build_options(runner, {"np": 16, "offset": 8})
     assert err.value.source == "--offset"
+    for flag, value in (("dtype", "float64"), ("op", "max")):      # the executor has no float64; plans sum
+        with pytest.raises(InputError) as err:
+            build_options(runner, {"np": 16, flag: value})
+        assert err.value.source == f"--{flag}"
     with pytest.raises(InputError) as err:
         runner.measure(plan_file, [1024], build_options(runner, {"np": 8}))
     assert err.value.source == "--np" and "16 ranks" in str(err.value)
