@@ -56,9 +56,16 @@ for xml in "$export_dir"/msccl/*.xml; do
     if [ -z "$nccl_tests" ]; then
         skipped=$((skipped + 1)); echo "skipped  msccl $xml (no nccl-tests build directory given)"; continue
     fi
-    ranks=$(sed -n 's/.*ngpus="\([0-9]*\)".*/\1/p' "$xml" | head -n 1)
+    read -r ranks sizes < <("$python" - "$xml" <<'PY'
+import re, sys
+head = dict(re.findall(r'([A-Za-z_]+)="([^"]*)"', open(sys.argv[1]).read().split(">", 1)[0]))
+lo = max(int(head.get("minBytes", 0)), 4096)                   # the band the file selects (0: no limit)
+hi = max(lo, min(int(head.get("maxBytes", 0)) or 64 << 20, 64 << 20))
+print(head["ngpus"], f"{lo}:{hi}")
+PY
+)
     out=$("$cli" bench "$xml" --runner nccl-tests --binary "$nccl_tests" --np "$ranks" "${hostfile[@]}" \
-          --runtime executor --sizes 4K:64M 2>&1)     # nccl-tests checks every call itself (-c 1)
+          --runtime executor --sizes "$sizes" 2>&1)     # nccl-tests checks every call itself (-c 1)
     status=$?
     echo "$out"
     report msccl "$xml" "$status" "$out"

@@ -38,7 +38,8 @@ def test_with_stand_ins_it_runs_every_plan_and_reports(tmp_path):
     (export / "msccl").mkdir()
     plan = {"gpus": [{}] * 16, "min_message_size": 0, "max_message_size": 2 ** 64 - 1}
     (export / "mscclpp" / "ag.outofplace.plan.json").write_text(json.dumps(plan))
-    (export / "msccl" / "ag.xml").write_text('<algo name="x" ngpus="16" coll="allgather"></algo>')
+    (export / "msccl" / "ag.xml").write_text('<algo name="x" ngpus="16" coll="allgather" minBytes="1048576" '
+                                             'maxBytes="4194303"></algo>')
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     log = tmp_path / "calls"
@@ -61,5 +62,7 @@ def test_with_stand_ins_it_runs_every_plan_and_reports(tmp_path):
     assert "skipped  msccl" in out.stdout and "1 ran, 1 matched, 0 failed, 1 skipped" in out.stdout
     out = run(export, tmp_path / "nccl-tests-build",
               env={"PATH": f"{bin_dir}:/usr/bin:/bin", "AUTOTACCL": str(bin_dir / "autotaccl"), "PYTHONPATH": str(shims)})
-    assert "--runner nccl-tests --binary" in log.read_text() and "--np 16" in log.read_text().splitlines()[-1]
+    last = log.read_text().splitlines()[-1]
+    assert "--runner nccl-tests --binary" in last and "--np 16" in last
+    assert "--sizes 1048576:4194303" in last                          # the XML's own band, not a fixed sweep
     assert "2 ran, 2 matched" in out.stdout
