@@ -14,7 +14,40 @@ from autotaccl.formats.mscclpp import PlanOptions, check_plan, lower_plan, parse
 from autotaccl.model.hardware import load_hardware
 from autotaccl.model.topology import build_topology
 
-from .test_check import NOP, buf, doc, gpu, ops_of, peer_buf, sig, tb
+NOP = {"name": "nop"}
+
+
+def sig(name, kind="memory", ch=0):
+    return {"name": name, "channel_ids": [ch], "channel_type": kind}
+
+
+def buf(kind, index, size=1):
+    return {"type": kind, "index": index, "size": size}
+
+
+def peer_buf(index, size=1, buffer_id=0):
+    return {"buffer_id": buffer_id, "index": index, "size": size}
+
+
+def doc(collective, gpus, ranks_per_node) -> dict:
+    return {"name": "hand", "collective": collective, "protocol": "Simple", "inplace": False,
+            "reuse_resources": False, "gpus": gpus, "num_threads_per_block": 1024,
+            "use_double_scratch_buffer": False, "buffer_alignment": 16, "min_message_size": 0,
+            "max_message_size": 2 ** 64 - 1, "autotaccl": {"ranks_per_node": ranks_per_node}}
+
+
+def gpu(rank, i, o, s, tbs, channels, remote):
+    return {"id": rank, "input_chunks": i, "output_chunks": o, "scratch_chunks": s, "threadblocks": tbs,
+            "channels": list(channels), "remote_buffers": list(remote), "semaphores": []}
+
+
+def tb(tb_id, ops, memory=(), port=(), refs=None):
+    channels = [{"channel_type": k, "channel_ids": list(v)} for k, v in (("memory", memory), ("port", port)) if v]
+    return {"id": tb_id, "ops": ops, "channels": channels, "remote_buffer_refs": refs or []}
+
+
+def ops_of(data, rank, tb_id=0) -> list:
+    return data["gpus"][rank]["threadblocks"][tb_id]["ops"]
 
 MODES = ("inplace", "outofplace")
 
