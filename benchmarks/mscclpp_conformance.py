@@ -4,8 +4,9 @@
 
 Give it plans from the MSCCL++ repository (``test/executor-tests/execution-plans/*.json``,
 ``test/execution-files/*.json``, or ones its DSL printed). For each file it prints whether the strict
-reader takes it (it follows the executor's parser) and the checker's verdict for the buffer mode the plan
-is for. Then it lists, per JSON level (top, GPU, channel, remote buffer, thread block, its channel and
+reader takes it (it follows the executor's parser), the checker's verdict for the buffer mode the plan
+is for, the verdict with the buffers inside bigger allocations (``--offsets``), and how many port puts
+send straight from the input or output (the rule that makes a plan depend on where its buffers sit). Then it lists, per JSON level (top, GPU, channel, remote buffer, thread block, its channel and
 buffer refs, each operation name, buffer references), the keys our lowered plans write that none of the
 given files has, and the keys the files have that ours never write.
 """
@@ -47,6 +48,14 @@ def keys(doc: dict, out: dict[str, set]) -> None:
                         out["buffer_ref:local" if "type" in ref else "buffer_ref:peer"] |= set(ref)
 
 
+def port_puts_from_buffers(plan) -> int:
+    """Port-channel puts whose source is the input or output: the executor reads them from the registered
+    memory at the plan's index, right only where that buffer starts its allocation."""
+    return sum(1 for g in plan.gpus for tb in g.threadblocks for op in tb.ops
+               if op.channel_type == "port" and op.name in ("put", "pws", "pwsf")
+               for ref in op.src if ref.type in ("i", "o"))
+
+
 def ours() -> dict[str, set]:
     out: dict[str, set] = defaultdict(set)
     for hw, nodes, coll, algo in (("ndv2", 2, "allreduce", "ring"), ("ndv2", 2, "alltoall", "direct"),
@@ -72,6 +81,12 @@ def main() -> None:
         report = check_plan(plan, source, "plan")
         print(f"{path.name}: {'valid' if report.valid else 'INVALID'} ({report.modes[0]}, {report.calls} calls)"
               + ("" if report.valid else f": {report.first}"))
+        if report.valid:
+            shifted = check_plan(plan, source, "plan", offsets=True)
+            print(f"  buffers inside bigger allocations (--offsets): {'valid' if shifted.valid else 'INVALID'}"
+                  + ("" if shifted.valid else f": {shifted.first}"))
+        direct = port_puts_from_buffers(plan)
+        print(f"  port puts straight from the input or output (the port-put rule): {direct or 'none'}")
     mine = ours()
     print("\nkeys per level: ours only / theirs only")
     for level in sorted(set(mine) | set(theirs)):

@@ -41,6 +41,7 @@ class RuntimeFile:
 
 
 MSCCL_XML = RuntimeFile("msccl-xml", ".xml")
+MSCCLPP_PLAN = RuntimeFile("mscclpp-plan", ".plan.json")
 
 
 @runtime_checkable

@@ -1,4 +1,4 @@
-"""``autotaccl bench ALGO.json [--runner mpi|sim|nccl-tests|...]``: measure an algorithm over a size sweep.
+"""``autotaccl bench ALGO.json [--runner mpi|sim|nccl-tests|mscclpp|...]``: measure an algorithm over a size sweep.
 
 Prints nccl-tests' table (out-of-place and in-place columns), with a ``%base`` column and the
 baseline's own table when ``--baseline mpi`` also measures MPI's built-in collective in the same job.
@@ -27,7 +27,7 @@ DEFAULTS = {"check": False, "timeout": 600.0}
 def register(subparsers) -> None:
     p = subparsers.add_parser("bench", help="measure an algorithm (mpi ranks, simulator or nccl-tests)",
                               description=description(__doc__))
-    p.add_argument("algorithm", help="algorithm JSON (for nccl-tests also an MSCCL XML file)")
+    p.add_argument("algorithm", help="algorithm JSON (for nccl-tests also an MSCCL XML file; for mscclpp an MSCCL++ .plan.json)")
     p.add_argument("--runner", default="mpi", help=f"{RUNNER_HELP}; default: mpi")
     p.add_argument("--np", type=int, help="number of ranks (default: the algorithm's)")
     p.add_argument("--hostfile", help="hostfile for mpiexec")
@@ -39,7 +39,7 @@ def register(subparsers) -> None:
     p.add_argument("--dtype", choices=("float32", "float16", "int32", "float64"), help="default float32")
     p.add_argument("--op", choices=("sum", "max", "min", "prod"), help="default sum")
     p.add_argument("--check", action="store_true", default=None,
-                   help="check every output element (wrong > 0 fails; --runner mpi)")
+                   help="check every output element (wrong > 0 fails; --runner mpi, mscclpp)")
     p.add_argument("--baseline", help="also measure the runtime's own collective in the same job "
                                       "(--runner mpi: --baseline mpi, MPI's own)")
     p.add_argument("--timeout", type=float, help="wall-clock limit of the job in seconds (default 600)")

@@ -76,7 +76,7 @@ def run_from_args(args: argparse.Namespace) -> tuple[str, int]:
     return protocol, args.instances
 
 
-RUNNER_HELP = ("what measures: sim, mpi, nccl-tests, or a runner a site installed (entry-point group "
+RUNNER_HELP = ("what measures: sim, mpi, nccl-tests, mscclpp, or a runner a site installed (entry-point group "
                "autotaccl.runners)")
 
 

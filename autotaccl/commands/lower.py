@@ -39,6 +39,9 @@ def register(subparsers) -> None:
     mode.add_argument("--inplace", action="store_true", help="only for in-place calls")
     mode.add_argument("--outofplace", action="store_true",
                       help="only for out-of-place calls (the default for the runtimes that match one mode)")
+    parser.add_argument("--placement", choices=("anywhere", "start"),
+                        help="mscclpp only: where the caller's buffers may sit in their CUDA allocations (default "
+                             "anywhere: port puts send from scratch; start: they must start them, no staging copy)")
     parser.add_argument("--seeds", type=int, default=8, help="random interleavings the XML checker replays (default 8)")
     add_hardware_args(parser, required=False,
                       nodes_help="mscclpp only; default: the algorithm's ranks / the profile's GPUs per node")
@@ -55,6 +58,9 @@ def run(args) -> int:
     if args.hardware is not None or args.nodes is not None:
         raise InputError("--hardware/--nodes", args.hardware or str(args.nodes),
                          "only with --runtime mscclpp (an XML program names no link types)")
+    if args.placement is not None:
+        raise InputError("--placement", args.placement, "only with --runtime mscclpp (an MSCCL program reads its "
+                         "buffers through their own pointers)")
     inplace = True if args.inplace else (False if args.outofplace else None)
     outofplace = True if args.outofplace else (False if args.inplace else None)
     options = LoweringOptions(instances=args.instances, proto=args.proto, min_bytes=min_bytes, max_bytes=max_bytes,
@@ -85,14 +91,15 @@ def _run_mscclpp(args, algorithm: Algorithm, path, min_bytes: int, max_bytes: in
         raise InputError("--nodes", str(args.nodes), f"a topology of the algorithm's {algorithm.ranks} ranks (this "
                          f"one has {graph.number_of_nodes()})")
     options = mscclpp.PlanOptions(inplace=bool(args.inplace), proto=args.proto, instances=args.instances,
-                                  min_bytes=min_bytes, max_bytes=max_bytes)
+                                  min_bytes=min_bytes, max_bytes=max_bytes, placement=args.placement or "anywhere")
     plan = mscclpp.lower_plan(algorithm, graph, options)     # checked by replay; raises on any violation
     _write(path, mscclpp.plan_text(plan))
     stats = mscclpp.plan_stats(plan)
     print(f"{path}: {plan.collective} plan on {plan.ranks} ranks for mscclpp "
           f"({'inplace' if plan.inplace else 'outofplace'}, {plan.protocol}), {stats['threadblocks']} thread blocks "
           f"(at most {stats['max_threadblocks_per_rank']} per rank), {stats['operations']} operations (at most "
-          f"{stats['max_operations_per_threadblock']} per thread block), checked")
+          f"{stats['max_operations_per_threadblock']} per thread block), placement {plan.meta['placement']}, "
+          "checked")
     return 0
 
 

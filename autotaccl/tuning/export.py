@@ -544,6 +544,9 @@ def markdown(table: pd.DataFrame) -> str:
 
 
 def readme(ranges: Sequence[Range], notes: Sequence[str]) -> str:
+    from ..formats.mscclpp.lower.options import PLACEMENTS
+
+    placement_note = PLACEMENTS["anywhere"]
     load = rt.load_commands("/path/to/this/export")
     files = sorted({f for r in ranges for f in (r.xml, r.legacy_xml, *r.plans) if f})
     bands = "\n".join(f"* {_md(r.collective)} {_md(r.sizes)}: {_md(r.winner)}" for r in ranges)
@@ -563,7 +566,9 @@ predicts it on the same profile.
     {load["msccl"]}
     {load["msccl-legacy"]}
 
-Keep each directory free of other files (a malformed file fails communicator init). The executor's
+Keep each directory free of other files (a malformed file fails communicator init), and never copy a
+`msccl-legacy/` file into `MSCCL_ALGO_DIR`: it has no `outofplace` attribute, which msccl-executor-nccl's
+parser requires, so that runtime refuses it. The executor's
 `maxBytes` is inclusive and `0` is no limit; the legacy runtime's is exclusive and `0` means never, so its
 files say `maxBytes` = the next band's first size and the largest band stops at {rt.LEGACY_CAP} bytes (1 GiB),
 above which stock NCCL runs. Sizes no file selects (bands a baseline won) run stock NCCL.
@@ -574,7 +579,8 @@ above which stock NCCL runs. Sizes no file selects (bands a baseline won) run st
 
 `min_message_size`/`max_message_size` are inclusive (2^64-1: no limit). There is one plan per buffer mode
 (`.outofplace`, `.inplace`); the NCCL shim picks by world size, ranks per node, collective, in-place flag and size,
-and falls back to NCCL elsewhere.
+and falls back to NCCL elsewhere. Placement: {placement_note} (each plan's `autotaccl.placement` says so), so
+tensors from PyTorch's caching allocator, which sit inside bigger allocations, are fine.
 
 ## Stock NCCL: `nccl/nccl_tuner.conf` (NCCL's example tuner plugin, NCCL >= 2.19)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from runners import MSCCL_XML, Runner
+from runners import MSCCL_XML, MSCCLPP_PLAN, Runner
 
 from ..errors import InputError
 from ..model.algorithm import Algorithm
@@ -67,5 +67,21 @@ def lowering(runner: Runner) -> Callable[[Algorithm, str, int], str] | None:
         return None
     if runner.runtime_file.format == MSCCL_XML.format:
         return lower_xml
+    if runner.runtime_file.format == MSCCLPP_PLAN.format:
+        return lower_trial_plan
     raise InputError("--runner", runner.name, f"a runner of the IR or of a runtime file tuning writes "
-                                              f"({MSCCL_XML.format}), not of {runner.runtime_file.format}")
+                                              f"({MSCCL_XML.format}, {MSCCLPP_PLAN.format}), not of "
+                                              f"{runner.runtime_file.format}")
+
+
+def lower_trial_plan(algorithm: Algorithm, protocol: str = "Simple", instances: int = 1) -> str:
+    """A trial's out-of-place MSCCL++ plan, on the topology its algorithm names (``<profile>x<nodes>``)."""
+    from ..model.hardware import load_hardware
+    from ..model.topology import build_topology
+
+    profile, _, nodes = (algorithm.topology or "").rpartition("x")
+    if not profile or not nodes.isdigit():
+        raise InputError(algorithm.name or "algorithm", "topology", "a shipped profile's <name>x<nodes> (the "
+                         "plan's channels follow the topology)")
+    graph = build_topology(load_hardware(profile), int(nodes))
+    return lower_plan_text(algorithm, graph, plan_protocol(protocol), instances, 0, None, False)

@@ -94,7 +94,8 @@ def load_commands(export_dir: str = "EXPORT") -> dict[str, str]:
     return {
         "msccl": f"MSCCL_ALGO_DIR={d}/msccl mpirun -np <ranks> <app>   # msccl-executor-nccl, one rank per GPU",
         "msccl-legacy": f"NCCL_ALGO=MSCCL,RING,TREE MSCCL_XML_FILES=$(ls {d}/msccl-legacy/*.xml | paste -sd:) "
-                        "mpirun -np <ranks> <app>   # microsoft/msccl, at most 4 files",
+                        "mpirun -np <ranks> <app>   # microsoft/msccl only, at most 4 files "
+                        "(msccl-executor-nccl refuses these: no outofplace attribute)",
         "mscclpp": f"python: mscclpp.ExecutionPlan(\"{d}/mscclpp/<file>.plan.json\") then Executor.execute(...); "
                    f"or NCCL API: LD_PRELOAD=libmscclpp_nccl.so MSCCLPP_EXECUTION_PLAN_DIR={d}/mscclpp <app>",
         "nccl": f"NCCL_TUNER_PLUGIN=libnccl-tuner-example.so NCCL_TUNER_CONFIG_FILE={d}/{TUNER_FILE} <app>",

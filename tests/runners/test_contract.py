@@ -180,7 +180,7 @@ def test_the_shipped_runners_are_entry_points_and_an_unknown_one_lists_them(tmp_
         runner = get_runner(name)
         assert (runner.name, runner.real_hardware) == (name, real)
         assert (runner.runtime_file and runner.runtime_file.suffix) == file
-    with pytest.raises(InputError, match=r"^--runner: 'mpii': one of: .*mpi, nccl-tests, sim"):
+    with pytest.raises(InputError, match=r"^--runner: 'mpii': one of: .*mpi, mscclpp, nccl-tests, sim"):
         get_runner("mpii")
     algo = tmp_path / "ring.json"
     save_algorithm(ring_allgather(2), algo)

@@ -116,8 +116,10 @@ def test_every_exported_xml_passes_check_xml_and_carries_its_band(exported):
     listed = sorted(x for x in table.xml if x)
     assert files == listed and files, "at least one synthesized algorithm should beat the baselines somewhere"
     for row in table[table.xml != ""].itertuples():
-        report = check_xml(target / row.xml)
+        report = check_xml(target / row.xml, runtime="msccl-executor")   # its parser's tokenizer and attributes
         assert report.valid, str(report)
+        legacy = check_xml(target / row.msccl_legacy, runtime="msccl-executor")
+        assert not legacy.valid and "outofplace" in str(legacy.first)        # what the README warns of
         algo = ET.parse(target / row.xml).getroot()
         assert int(algo.get("minBytes")) == row.min_bytes
         assert int(algo.get("maxBytes")) == (0 if row.max_bytes == "" else int(row.max_bytes))   # 0: no limit
@@ -129,7 +131,9 @@ def test_every_exported_xml_passes_check_xml_and_carries_its_band(exported):
         assert (target / name).is_file()
     readme = (target / "README.md").read_text()
     for needle in ("MSCCL_ALGO_DIR", "MSCCL_XML_FILES", "ExecutionPlan", "MSCCLPP_EXECUTION_PLAN_DIR",
-                   "NCCL_TUNER_PLUGIN", "NCCL_TUNER_CONFIG_FILE"):
+                   "NCCL_TUNER_PLUGIN", "NCCL_TUNER_CONFIG_FILE", "Placement: input and output may sit anywhere",
+                   "msccl-executor-nccl refuses these: no outofplace attribute",
+                   "no `outofplace` attribute, which msccl-executor-nccl's\nparser requires"):
         assert needle in readme, needle
 
 

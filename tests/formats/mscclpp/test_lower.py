@@ -14,6 +14,7 @@ from autotaccl.cli import main
 from autotaccl.errors import InputError
 from autotaccl.formats.mscclpp import (LoweringError, PlanOptions, check_plan, lower_plan, parse_plan, plan_stats,
                                        plan_text, to_json)
+from autotaccl.formats.mscclpp.lower.options import PLACEMENTS
 from autotaccl.formats.mscclpp.plan import MAX_OPERATIONS, MAX_RESIDENT_TBS, PACKET_OPS
 from autotaccl.model.algorithm import Algorithm, Transfer, save_algorithm, verify
 from autotaccl.model.collectives import Collective
@@ -125,7 +126,9 @@ def test_message_range_name_and_note():
                       PlanOptions(min_bytes=1024, max_bytes=1 << 20, name="bc"))
     data = to_json(plan)
     assert (data["name"], data["min_message_size"], data["max_message_size"]) == ("bc", 1024, 1 << 20)
-    assert data["autotaccl"] == {"ranks_per_node": 8, "topology": "ndv2x2", "source": "ring-broadcast", "root": 0}
+    assert data["autotaccl"] == {"ranks_per_node": 8, "topology": "ndv2x2", "source": "ring-broadcast",
+                                 "placement": "anywhere", "placement_note": PLACEMENTS["anywhere"], "root": 0}
+    assert "same offsets on every rank" in PLACEMENTS["anywhere"] and "start" in PLACEMENTS["start"]
     assert list(data)[:11] == ["name", "collective", "protocol", "inplace", "reuse_resources", "gpus",
                                "num_threads_per_block", "use_double_scratch_buffer", "buffer_alignment",
                                "min_message_size", "max_message_size"]

@@ -7,8 +7,9 @@ slots after the packet slots (an LL plan's scratch holds packets at twice their 
 
 Addresses: the executor reaches a peer's buffer at the referring rank's own offset of that buffer in its
 allocation, and a port put's source from the start of its allocation, so in place those references name
-the buffer that holds both (AllGather's output, the others' input) and the plan assumes that buffer
-starts its allocation on every rank; out of place each buffer must start its own.
+the buffer that holds both (AllGather's output, the others' input). A port put's source is scratch when
+the layout staged it (placement ``anywhere``); otherwise (``start``) the plan assumes the input or output
+it reads starts its allocation on every rank.
 """
 from __future__ import annotations
 
@@ -188,7 +189,7 @@ class _Block:
         read = {k: source(s, v) for k, v in move.read.items()}
         land = {k: self.slots.far(d, v) for k, v in move.land.items()}
         pairs = []
-        for (src, dst), n in runs(tr.chunks, [read, land]):
+        for (src, dst), n in runs(it.chunks or tr.chunks, [read, land]):
             pairs.append((self.local(src, n), BufferRef(dst[1], n, buffer_id=self.peer_buffer(d, dst[0], ctype))))
         if ctype == "port":         # one request per pair; the last one signals (and flushes when it must)
             ops = []
@@ -197,6 +198,8 @@ class _Block:
                 ops.append(Op("put", "port", (c,) * len(group), tuple(p[0] for p in group),
                               tuple(p[1] for p in group)))
             src, dst = pairs[-1]
+            if not it.signal:       # a part of a staged move: its last part signals
+                return ops + [Op("put", "port", (c,), (src,), (dst,))]
             return ops + [Op("pwsf" if it.flush else "pws", "port", (c,), (src,), (dst,))]
         name = "ppkt" if move.packets else "put"
         ops = []

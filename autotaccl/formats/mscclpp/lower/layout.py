@@ -9,12 +9,17 @@ scratch slot (one write per slot per call). A reduce then adds the landed data t
 in place where that value already sits in its output or scratch, else into the output slot (when free) or
 a fresh scratch slot; an LL packet is unpacked the same way. Values a rank must output but holds elsewhere
 at the end are copied home.
+
+Staging (:func:`staged`): a port-channel put reads its source from the registered memory at the plan's
+index, which the executor registers from the allocation's start and offsets by nothing, so a put from the
+input or output is right only where that buffer starts its allocation; a staged layout first copies such
+sources into scratch (the executor's own allocation) and sends from there.
 """
 from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from ....model.algorithm import Algorithm
 
@@ -40,6 +45,7 @@ class Layout:
     finals: dict[int, tuple[tuple[Loc, Loc], ...]]     # rank -> (from, to) copies at the end
     plain: tuple[int, ...]                             # plain scratch slots per rank
     packet: tuple[int, ...]                            # packet scratch slots per rank
+    stage: dict[int, tuple[tuple[Loc, Loc], ...]] = field(default_factory=dict)   # t -> sender's (from, to)
 
 
 def canonical(coll, rank: int, loc: Loc, inplace: bool) -> tuple:
@@ -143,3 +149,24 @@ def layout(algorithm: Algorithm, packets: tuple[bool, ...], inplace: bool) -> La
             if h is not None and cell(r, cur[(r, c)]) != cell(r, h):
                 finals[r].append((cur[(r, c)], h))
     return Layout(tuple(moves), {r: tuple(v) for r, v in finals.items()}, tuple(plain), tuple(packet))
+
+
+def staged(algorithm: Algorithm, lay: Layout, port: tuple[bool, ...]) -> Layout:
+    """``lay`` with every port-channel transfer (``port[t]``) that reads the input or output reading a
+    fresh plain scratch slot instead, which the sender fills by a local copy just before (``stage``)."""
+    plain = list(lay.plain)
+    moves, stage = [], {}
+    for m in lay.moves:
+        src = algorithm.transfers[m.t].src
+        if not port[m.t] or all(loc[0] not in ("i", "o") for loc in m.read.values()):
+            moves.append(m)
+            continue
+        read, copies = dict(m.read), []
+        for c in sorted(m.read):
+            if m.read[c][0] in ("i", "o"):
+                read[c] = ("s", plain[src])
+                plain[src] += 1
+                copies.append((m.read[c], read[c]))
+        moves.append(replace(m, read=read))
+        stage[m.t] = tuple(copies)
+    return Layout(tuple(moves), lay.finals, tuple(plain), lay.packet, stage)

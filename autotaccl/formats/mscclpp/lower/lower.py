@@ -2,7 +2,8 @@
 
 Pipeline: verify on the topology -> replicate instances -> channel type per link (the topology graph's
 edge kind: ``net`` edges are port channels through the proxy and NIC, NVLink and switch edges memory
-channels) -> buffer layout -> flows, thread blocks and their order -> numbering and operations -> the
+channels) -> buffer layout (port puts staged through scratch unless the buffers start their
+allocations) -> flows, thread blocks and their order -> numbering and operations -> the
 executor's limits (a block with more than 64 operations splits its flow, or its final copies, into more
 parts) -> the replaying checker.
 """
@@ -20,8 +21,8 @@ from ....model.topology import NETWORK
 from ..check.check import check_plan
 from ..plan import MAX_OPERATIONS, MAX_RESIDENT_TBS, NO_LIMIT, Plan, to_json
 from .emit import render
-from .layout import layout
-from .options import LoweringError, PlanOptions
+from .layout import layout, staged
+from .options import PLACEMENTS, LoweringError, PlanOptions
 from .schedule import Flow, schedule
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ def lower_plan(algorithm: Algorithm, graph: nx.DiGraph, options: PlanOptions | N
     kinds_of = {(u, v): "port" if kind == NETWORK else "memory" for u, v, kind in graph.edges(data="kind")}
     packets = tuple(opts.proto == "LL" and kinds_of[(t.src, t.dst)] == "memory" for t in expanded.transfers)
     lay = layout(expanded, packets, opts.inplace)
+    if opts.placement == "anywhere":
+        lay = staged(expanded, lay, tuple(kinds_of[(t.src, t.dst)] == "port" for t in expanded.transfers))
     base = [(t.src, t.dst, i, t.link) for t, i in zip(expanded.transfers, instance)]
     members: dict[tuple, list[int]] = defaultdict(list)
     for t, key in enumerate(base):
@@ -52,7 +55,7 @@ def lower_plan(algorithm: Algorithm, graph: nx.DiGraph, options: PlanOptions | N
     final_parts = 1
     coll = expanded.collective
     meta = {"ranks_per_node": graph.graph["gpus_per_node"], "topology": graph.graph.get("name", ""),
-            "source": source}
+            "source": source, "placement": opts.placement, "placement_note": PLACEMENTS[opts.placement]}
     if coll.name == "broadcast":
         meta["root"] = coll.root
     name = opts.name or algorithm.name or f"autotaccl-{coll.name}"
@@ -90,7 +93,7 @@ def lower_plan(algorithm: Algorithm, graph: nx.DiGraph, options: PlanOptions | N
     else:
         raise LoweringError(source, "operations per thread block", f"at most {MAX_OPERATIONS} after "
                             f"{MAX_ROUNDS} rounds of splitting")
-    report = check_plan(plan, source, "plan")
+    report = check_plan(plan, source, "plan", offsets=opts.placement == "anywhere")
     if not report.valid:
         raise LoweringError(source, "lowering", f"a plan that replays correctly (a lowering bug): {report.first}")
     log.info("lowered %s: %d ranks, %d thread blocks, %d operations", source, plan.ranks,

@@ -18,7 +18,9 @@ schedule deadlocks:
   put of a call lands before the receiver finished its previous call;
 * a port-channel put whose source is written again later in the call, and the last put of each port
   flow, flush (``pwsf``): the proxy reads the source asynchronously, and the kernel's ``flush`` operation
-  flushes nothing (it takes its channel count from ``dst_buff``).
+  flushes nothing (it takes its channel count from ``dst_buff``);
+* a staged port put (see ``layout.staged``) copies its source into scratch in the sender's block first,
+  chunk by chunk (the copy of the next chunk runs while the proxy sends the last), and signals once.
 """
 from __future__ import annotations
 
@@ -42,6 +44,8 @@ class Item:
     copies: tuple = ()             # a copy item's (from, to, chunks): consecutive slots
     sems: list = field(default_factory=list)
     flush: bool = False            # a port put that must complete before its block goes on (pwsf)
+    chunks: tuple = ()             # a put of these chunks of its move only (empty: all)
+    signal: bool = True            # a put that signals its receiver (a move's last part)
     release: list = field(default_factory=list)    # semaphores released right after this item
 
 
@@ -133,15 +137,27 @@ def schedule(algorithm: Algorithm, lay: Layout, flows: tuple[Flow, ...], kinds: 
         tr = algorithm.transfers[move.t]
         s, d = tr.src, tr.dst
         sender = block(("send", flow), s)
-        reads = cells(s, move.read.values())
-        if flow not in started:
-            started.add(flow)
-            index = sender.add(Item("rlxwait", flow=flow))
-            record(sender, index, [], [("ready", flow)])
-            reads = reads + [("ready", flow)]
-        order(sender, reads, [])
-        index = sender.add(Item("put", flow=flow, move=move.t))
-        record(sender, index, reads, [])
+        stage = dict((dst, src) for src, dst in lay.stage.get(move.t, ()))
+        if stage and len(stage) == len(move.read):     # staged whole: chunk by chunk, copy k+1 beside put k
+            parts = [(c,) for c in sorted(move.read)]
+        else:
+            parts = [()]
+        for k, part in enumerate(parts):
+            mine = [move.read[c] for c in part] if part else list(move.read.values())
+            for loc in mine:                                # a staged port put's source first
+                if loc in stage:
+                    copy_reads, copy_writes = cells(s, [stage[loc]]), cells(s, [loc])
+                    order(sender, copy_reads, copy_writes)
+                    record(sender, sender.add(Item("copy", copies=(stage[loc], loc, 1))), copy_reads, copy_writes)
+            reads = cells(s, mine)
+            if flow not in started:
+                started.add(flow)
+                index = sender.add(Item("rlxwait", flow=flow))
+                record(sender, index, [], [("ready", flow)])
+                reads = reads + [("ready", flow)]
+            order(sender, reads, [])
+            index = sender.add(Item("put", flow=flow, move=move.t, chunks=part, signal=k == len(parts) - 1))
+            record(sender, index, reads, [])
         if kinds[flow] == "memory" and not move.packets:
             sender.last_nop = index        # rendered as put, nop, signal: the nop closes the put's segment
         receiver = block(("recv", flow), d)
