@@ -163,6 +163,13 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _trials_or_none(out: Path) -> list:
+    try:
+        return study_trials(out)
+    except (KeyError, FileNotFoundError):      # not created yet
+        return []
+
+
 def test_workers_stop_when_their_killed_driver_is_gone_and_the_next_start_finishes_the_sweep(clean_sweep, tmp_path):
     args, out = sweep_args(tmp_path)
     log = open(tmp_path / "tune.log", "w")           # not a pipe: the orphaned workers would hold it open
@@ -173,7 +180,7 @@ def test_workers_stop_when_their_killed_driver_is_gone_and_the_next_start_finish
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and proc.poll() is None:
             workers = _children(proc.pid)
-            trials = study_trials(out) if (out / "optuna.journal").exists() else []
+            trials = _trials_or_none(out)
             if len(workers) == 3 and any(t.state == TrialState.COMPLETE for t in trials):
                 break
             time.sleep(0.2)
