@@ -114,9 +114,11 @@ def existing_store(uri: str) -> str:
         path = sqlite_path(uri)
         if path is None or not path.is_file():
             raise ParameterError("tracking_uri", uri, "an existing MLflow store, e.g. sqlite:///autotaccl-runs/mlflow.db")
-        if (problem := store_damage(path)) is not None:
-            raise InputError(str(path), "MLflow store", f"a whole SQLite database (SQLite says: {problem}); rebuild "
-                             "it from its Optuna study with the sweep's own `autotaccl tune` and --repair")
+        # (in an emptied file MLflow would create its tables, then find no runs)
+        problem = "it is empty" if path.stat().st_size == 0 else (said := store_damage(path)) and f"SQLite says: {said}"
+        if problem:
+            raise InputError(str(path), "MLflow store", f"a whole SQLite database ({problem}); rebuild it from its "
+                             "Optuna study with the sweep's own `autotaccl tune` and --repair")
     elif "://" not in uri:
         raise ParameterError("tracking_uri", uri,
                              "a tracking URI such as sqlite:///autotaccl-runs/mlflow.db or http://host:5000")

@@ -1,7 +1,8 @@
-"""The commands that only read a sweep's MLflow store (export, export --replay, report, ui) meet it damaged:
-a copy of the uninterrupted sweep's run directory (``clean_sweep``) with its real ``mlflow.db`` cut to half
-or overwritten with random bytes. Each is one line naming the file and ``--repair`` (exit 2), before MLflow
-reads it, and writes nothing."""
+"""What the checks of a local MLflow store find, on copies of the uninterrupted sweep's run directory
+(``clean_sweep``) with its real ``mlflow.db`` cut to half, overwritten with random bytes or emptied: the
+commands that only read it (export, export --replay, report, ui) are one line naming the file and
+``--repair`` (exit 2) before MLflow reads it, and write nothing; ``tune`` takes an emptied store for a lost
+one (one line, then ``--repair`` rebuilds it run for run)."""
 from __future__ import annotations
 
 import os
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from autotaccl.tracking import sqlite_uri
-from support import VENV_BIN, free_port
+from support import SWEEP_ARGS, VENV_BIN, assert_like_clean, free_port, run_tune
 
 pytestmark = pytest.mark.slow      # each case starts a real autotaccl process (importing MLflow: seconds)
 
@@ -26,6 +27,11 @@ def _overwrite(db: Path) -> None:
     with open(db, "r+b") as fh:
         fh.seek(db.stat().st_size // 2)
         fh.write(random.Random(38).randbytes(16384))
+
+
+def _empty(db: Path) -> None:
+    """``> mlflow.db``, or a copy cut off by a full disk before its first page."""
+    db.write_bytes(b"")
 
 
 def _reader(command: str, store: Path, tmp_path: Path) -> list[str]:
@@ -42,6 +48,7 @@ def _reader(command: str, store: Path, tmp_path: Path) -> list[str]:
     (_overwrite, "export --replay"),
     (_overwrite, "report"),
     (_truncate, "ui"),
+    (_empty, "export"),
 ])
 def test_a_reader_of_a_damaged_store_is_one_line_naming_it_and_writes_nothing(damage, command, clean_sweep, tmp_path):
     store = tmp_path / "runs"
@@ -54,7 +61,25 @@ def test_a_reader_of_a_damaged_store_is_one_line_naming_it_and_writes_nothing(da
     assert done.returncode == 2, done.stdout + done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert "Traceback" not in done.stderr and len(lines) == 1, done.stderr
-    assert f"{db}: MLflow store: a whole SQLite database (SQLite says:" in lines[0] and "--repair" in lines[0], lines
+    says = "(it is empty)" if damage is _empty else "(SQLite says:"
+    assert f"{db}: MLflow store: a whole SQLite database {says}" in lines[0] and "--repair" in lines[0], lines
     assert db.read_bytes() == damaged                       # not "repaired" behind the user's back
     assert not (tmp_path / "written").exists()              # nothing half-written
 
+
+
+def test_tune_takes_an_emptied_store_for_a_lost_one_and_repair_rebuilds_it(clean_sweep, tmp_path):
+    store = tmp_path / "runs"
+    subprocess.run(["cp", "-a", str(clean_sweep[0]), str(store)], check=True)
+    args = ["--space", str(clean_sweep[0].parent / "space" / "space.yaml"), *SWEEP_ARGS, "--out", str(store)]
+    _empty(store / "mlflow.db")
+    refused = run_tune(*args)
+    assert refused.returncode == 2, refused.stderr
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"{store / 'mlflow.db'}: MLflow store:" in lines[0], refused.stderr
+    assert "it is empty" in lines[0] and "--repair" in lines[0], lines
+    assert (store / "mlflow.db").stat().st_size == 0                    # refused before MLflow created its tables
+    repaired = run_tune(*args, "--repair")
+    assert repaired.returncode == 0, repaired.stderr
+    assert "it is empty; its runs are rebuilt" in repaired.stderr and "Traceback" not in repaired.stderr
+    assert_like_clean(store, clean_sweep, tmp_path / "export")           # every run again, the same export
