@@ -155,12 +155,17 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+def _state(pid: int) -> str:
+    """The process' state letter ("" once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return ""
+
+
 def _alive(pid: int) -> bool:
     """Running (a zombie nobody reaped yet has exited)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    return _state(pid) not in ("", "Z")
 
 
 def _trials_or_none(out: Path) -> list:
@@ -171,6 +176,7 @@ def _trials_or_none(out: Path) -> list:
 
 
 def test_workers_stop_when_their_killed_driver_is_gone_and_the_next_start_finishes_the_sweep(clean_sweep, tmp_path):
+    """The driver is killed as the first trial completes, while the other workers' first trials run."""
     args, out = sweep_args(tmp_path)
     log = open(tmp_path / "tune.log", "w")           # not a pipe: the orphaned workers would hold it open
     proc = subprocess.Popen(tune_cmd(*args, "--workers", "3"), stdout=log, stderr=log, start_new_session=True,
@@ -185,7 +191,9 @@ def test_workers_stop_when_their_killed_driver_is_gone_and_the_next_start_finish
                 break
             time.sleep(0.2)
         assert proc.poll() is None and len(workers) == 3, (tmp_path / "tune.log").read_text()
-        os.kill(proc.pid, signal.SIGKILL)                 # the driver only, as the OOM killer would
+        os.kill(proc.pid, signal.SIGKILL)                # the driver only, as the OOM killer would
+        held = [t.number for t in study_trials(out) if t.state == TrialState.RUNNING]
+        assert held                                      # trials its workers had not finished
         proc.wait(timeout=30)
         killed = time.monotonic()
         while time.monotonic() < killed + 30 and any(_alive(w) for w in workers):
@@ -199,7 +207,16 @@ def test_workers_stop_when_their_killed_driver_is_gone_and_the_next_start_finish
                 os.kill(pid, signal.SIGKILL)
         log.close()
     assert "is gone: stopping" in (tmp_path / "tune.log").read_text()
-    assert not [t for t in study_trials(out) if t.state == TrialState.RUNNING]   # each marked its trial
+    trials = {t.number: t for t in study_trials(out)}
+    assert not [t for t in trials.values() if t.state == TrialState.RUNNING]      # each marked its trial
+    stopped = [n for n in held if trials[n].user_attrs.get("interrupted")]
+    assert stopped and all(trials[n].state == TrialState.FAIL for n in stopped)  # not finished after the kill
     again = run_tune(*args)
     assert again.returncode == 0, again.stderr
+    retries = {t.user_attrs["retry_of"]: t for t in study_trials(out) if "retry_of" in t.user_attrs}
+    for n in stopped:                  # each redone (a retry an orphaned worker took before it stopped: again)
+        params = trials[n].params
+        while n in retries and retries[n].state != TrialState.COMPLETE:
+            n = retries[n].number
+        assert n in retries and retries[n].state == TrialState.COMPLETE and retries[n].params == params
     assert_like_clean(out, clean_sweep, tmp_path / "export")
