@@ -134,6 +134,21 @@ def one_line(proc: subprocess.CompletedProcess, status: int = 2) -> str:
     return lines[0]
 
 
+def truncate_half(db: Path) -> None:
+    """A store cut short (a full disk, a copy stopped half-way)."""
+    os.truncate(db, db.stat().st_size // 2)
+
+
+def overwrite_middle(db: Path, size: int = 8192) -> None:
+    """Random bytes over a stretch in the middle of the file, as a bad disk sector or a stray writer leaves
+    them."""
+    import random
+
+    with open(db, "r+b") as fh:
+        fh.seek(db.stat().st_size // 2)
+        fh.write(random.Random(38).randbytes(size))
+
+
 def exported(uri: str, out: Path) -> dict:
     """``autotaccl export`` of a store, without run ids and trial numbers (which differ between two sweeps
     that found the same algorithms): the table, the XML texts and the winners."""

@@ -29,13 +29,13 @@ def run(args) -> int:
     tracking_uri(args.tracking_uri)
     output_dir(args.out, "-o", replaces=OUTPUT_FILES)
     if args.replay:
-        from ..tracking import outbox
+        from ..tracking import existing_store, outbox
         from ..errors import InputError
         from ..tracking import MlflowClient
 
         if not Path(args.replay).is_dir():
             raise InputError("--replay", args.replay, "a sweep's run directory (autotaccl tune --out)")
-        logged, left = outbox.replay(args.replay, MlflowClient(tracking_uri=args.tracking_uri))
+        logged, left = outbox.replay(args.replay, MlflowClient(tracking_uri=existing_store(args.tracking_uri)))
         if left:
             raise InputError("--replay", args.replay, f"a reachable tracking server ({left} run(s) still pending)")
         if logged:

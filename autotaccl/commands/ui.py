@@ -69,7 +69,7 @@ def run(args) -> int:
         db = Path(args.out) / "mlflow.db"
         if not db.is_file():
             raise InputError("--out", args.out, "a run directory of `autotaccl tune` (it has no mlflow.db)")
-        uri = tracking.default_tracking_uri(Path(args.out))
+        uri = tracking.existing_store(tracking.default_tracking_uri(Path(args.out)))
     port_free(args.port)
     client = tracking.MlflowClient(tracking_uri=uri)
     experiments = [e for e in client.search_experiments(max_results=10_000) if "autotaccl.target" in e.tags]

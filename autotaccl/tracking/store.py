@@ -22,7 +22,7 @@ from mlflow.tracking import MlflowClient as _MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME, MLFLOW_RUN_NOTE
 
 from .. import faults
-from ..errors import ParameterError
+from ..errors import InputError, ParameterError
 from ..interrupts import held_interrupt
 from ..safety import anchored, relative_inside
 
@@ -108,11 +108,17 @@ def init_store(uri: str) -> MlflowClient:
 
 
 def existing_store(uri: str) -> str:
-    """``uri`` if it names an existing store: MLflow would silently create a new SQLite file otherwise."""
+    """``uri`` if it names an existing store: MLflow would silently create a new SQLite file otherwise. A
+    damaged SQLite file is one line naming it, before MLflow reads it (its traceback comes mid-query)."""
     if uri.startswith("sqlite"):
         path = sqlite_path(uri)
         if path is None or not path.is_file():
             raise ParameterError("tracking_uri", uri, "an existing MLflow store, e.g. sqlite:///autotaccl-runs/mlflow.db")
+        # (in an emptied file MLflow would create its tables, then find no runs)
+        problem = "it is empty" if path.stat().st_size == 0 else (said := store_damage(path)) and f"SQLite says: {said}"
+        if problem:
+            raise InputError(str(path), "MLflow store", f"a whole SQLite database ({problem}); rebuild it from its "
+                             "Optuna study with the sweep's own `autotaccl tune` and --repair")
     elif "://" not in uri:
         raise ParameterError("tracking_uri", uri,
                              "a tracking URI such as sqlite:///autotaccl-runs/mlflow.db or http://host:5000")

@@ -44,7 +44,7 @@ def check_run_dir(out: Path, uri: str, studies: Sequence[str], repair: bool) -> 
     db = tracking.sqlite_path(uri)
     if db is None:
         return                                  # a tracking server: its operator's to keep whole
-    if db.is_file():
+    if db.is_file() and db.stat().st_size:      # an emptied file (`> mlflow.db`, a full disk) is a lost store
         problem = tracking.store_damage(db)
         if problem is None:
             return
@@ -55,11 +55,12 @@ def check_run_dir(out: Path, uri: str, studies: Sequence[str], repair: bool) -> 
                     tracking.set_aside(db).name)
         return
     logged = [r for r in records if tracking.sqlite_path(r.tracking_uri) == db.resolve()]
+    lost = "it is empty" if db.is_file() else "it is gone"
     if logged and not repair:
         raise InputError(str(db), "MLflow store", f"the store the sweep {logged[0].study_name} logged into "
-                         f"(sweeps/{logged[0].study_name}.json); it is gone: {REPAIR}")
+                         f"(sweeps/{logged[0].study_name}.json); {lost}: {REPAIR}")
     if logged:
-        log.warning("%s is gone; its runs are rebuilt from the Optuna study", db)
+        log.warning("%s: %s; its runs are rebuilt from the Optuna study", db, lost)
 
 
 def _reference(path: Path) -> None:

@@ -198,13 +198,51 @@ def test_an_unreachable_mlflow_server_is_recorded_locally_and_replayed(tmp_path,
                              "-o", str(tmp_path / "exported")], capture_output=True, text=True, timeout=300)
     assert export.returncode == 0, export.stdout + export.stderr
     assert outbox.pending(out) == 0
-    assert not list((out / outbox.PENDING).glob("*"))      # replayed files are removed, not left empty
+    assert not list(outbox.pending_dir(out).glob("*"))         # no emptied (0-byte) file stays behind
     assert (tmp_path / "exported" / "table.json").is_file()
     mlflow.set_tracking_uri(mlflow_server.uri)
     runs = mlflow.search_runs(experiment_names=["pairx2-allgather"])
     mine = runs[(runs["tags.autotaccl.kind"] == "trial") & (runs["tags.optuna.study"] == "outage")]
     assert sorted(mine["tags.optuna.trial"].astype(int)) == list(range(30))     # each trial exactly one run
     assert (mine["status"] == "FINISHED").sum() == sum(t.state == TrialState.COMPLETE for t in final)
+
+
+_OUTAGE_WRITER = """
+import sys
+from autotaccl import tracking
+from autotaccl.tracking import outbox
+outbox.limit_client_retries()
+uri, out, experiment, name = sys.argv[1:]
+assert outbox.log_run(tracking.MlflowClient(uri), out, experiment, name, patient=False,
+                      params={"chunkup": 1}, tags={"autotaccl.kind": "trial"}, artifacts={"a.txt": name}) is None
+"""
+
+
+def test_a_replayed_outbox_leaves_no_empty_file_behind(tmp_path, own_mlflow_server):
+    """Two processes record runs while the server is down; once it is back, a replay logs each exactly once
+    and removes the files it emptied (a 0-byte mlflow-pending/*.jsonl used to stay)."""
+    import os
+    import sys
+
+    from autotaccl import tracking
+    from autotaccl.tracking import outbox
+
+    client = tracking.MlflowClient(own_mlflow_server.uri)
+    experiment = client.create_experiment("outbox")
+    out = tmp_path / "out"
+    own_mlflow_server.stop()
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    for name in ("trial-0", "trial-1", "trial-2"):       # three processes: three files
+        subprocess.run([sys.executable, "-c", _OUTAGE_WRITER, own_mlflow_server.uri, str(out), experiment, name],
+                       check=True, capture_output=True, timeout=120, env=env)
+    files = sorted(outbox.pending_dir(out).glob("*.jsonl"))
+    assert len(files) == 3 and all(p.stat().st_size > 0 for p in files) and outbox.pending(out) == 3
+    own_mlflow_server.start()
+    assert outbox.replay(out, client) == (3, 0)
+    assert not list(outbox.pending_dir(out).glob("*"))
+    logged = client.search_runs([experiment])
+    assert sorted(r.info.run_name for r in logged) == ["trial-0", "trial-1", "trial-2"]
+    assert outbox.replay(out, client) == (0, 0)                 # nothing twice
 
 
 def test_failures_become_trial_states_with_reasons_and_the_sweep_goes_on(tmp_path, mlflow_server):
