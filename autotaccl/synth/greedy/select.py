@@ -7,12 +7,15 @@ from typing import Callable, Iterator
 
 from ...errors import InfeasibleError
 from ...model.algorithm import Algorithm, verify
+from ...model.protocols import canonical_protocol
+from ...model.switch import PROTOCOL as SWITCH_PROTOCOL
 from ...selection import Candidate, attainable_us, fastest
 from ...sketch.logical import LogicalTopology
 from .forest import forest, orders, rail_schedules, sliced_rails
 from .schedule import greedy_schedule, time_steps
 from .strategies import STRATEGIES
 from .strategy import BIG, NotApplicable
+from .switch import switch_schedules
 from .timeline import EPS
 
 log = logging.getLogger(__name__)
@@ -22,7 +25,7 @@ START_ORDER_HANDICAP = 0.02   # prefer the dependency-depth order (far fewer ste
 
 def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | None = None,
            gap: float = 0.0, protocol: str | None = None, instances: int = 1,
-           admit: Callable[[Algorithm], str | None] | None = None) -> Algorithm:
+           admit: Callable[[Algorithm], str | None] | None = None, switch: bool = True) -> Algorithm:
     """The best of the greedy variants at ``size`` bytes run with ``protocol`` (default Simple) and
     ``instances``, judged by the simulator (verified).
 
@@ -36,9 +39,13 @@ def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | 
     looking once a candidate is within that share of the attainable bound of copies between GPUs (no
     candidate moves data through the switch, so nothing can beat it by more).
     ``admit``: why the runtime cannot load a candidate (None: it can); only one it loads is chosen.
+    ``switch``: the runtime runs switch operations, so the switch schedules (:mod:`.switch`) come first
+    where the profile's switch reduces and the protocol is Simple; the gap is then of the bound with
+    in-switch reduction.
     """
-    enough = attainable_us(lt.graph, lt.collective.name, size, protocol, switch=False) / (1 - gap) if gap else 0.0
-    best, timings = fastest(candidates(lt, batching, window), lt.graph, size, margin_us=EPS, enough_us=enough,
+    through = switch and canonical_protocol(protocol or SWITCH_PROTOCOL) == SWITCH_PROTOCOL
+    enough = attainable_us(lt.graph, lt.collective.name, size, protocol, switch=through) / (1 - gap) if gap else 0.0
+    best, timings = fastest(candidates(lt, batching, window, through), lt.graph, size, margin_us=EPS, enough_us=enough,
                             protocol=protocol, instances=instances, admit=admit)
     if best is None:
         refused = [t.refused for t in timings if t.refused]
@@ -49,13 +56,22 @@ def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | 
     return best.candidate.algorithm
 
 
-def candidates(lt: LogicalTopology, batching: bool = True, window: int | None = None) -> Iterator[Candidate]:
-    """What :func:`greedy` chooses from, in order (on equal times the earlier one wins). On big
+def candidates(lt: LogicalTopology, batching: bool = True, window: int | None = None,
+               switch: bool = False) -> Iterator[Candidate]:
+    """What :func:`greedy` chooses from, in order (on equal times the earlier one wins); ``switch``: the
+    switch schedules first (few operations, built in no time, and where the switch reduces the fastest
+    at large sizes). On big
     configurations the trees come first: they are built in a fraction of the strategies' time and
     usually win at large sizes, so the strategies' schedules need not be simulated. Where they exist
     there (AllGather and its reductions), the routed strategies are not tried at all: their
     chunk-by-chunk searches took most of the strategies' time and never won on a big configuration,
     where the trees or the exchanges did (``benchmarks/synthesis.py``)."""
+    if switch:
+        try:
+            for name, algorithm in switch_schedules(lt):
+                yield Candidate(algorithm, f"greedy {name}")
+        except NotApplicable as why:
+            log.debug("greedy switch: %s", why)
     big = lt.collective.num_chunks * len(lt.edges) > BIG
     grown = False
     if big:
