@@ -314,16 +314,14 @@ def _verify_switch(t: Transfer, i: int, coll: Collective, state: list[dict[int, 
             for g in t.group:
                 state[g][c] = value
             continue
-        total: frozenset[int] = frozenset()
-        for g in t.group:
-            value = state[g].get(c)
-            if value is None:
-                raise VerificationError(f"chunk {c} load-reduced from rank {g}, which holds no value of it", i)
-            twice = total & value
-            if twice:
-                raise VerificationError(f"chunk {c} load-reduced over {list(t.group)} counts rank(s) {sorted(twice)} "
-                                        f"twice", i)
-            total |= value
+        values = [state[g].get(c) for g in t.group]
+        if None in values:
+            g = t.group[values.index(None)]
+            raise VerificationError(f"chunk {c} load-reduced from rank {g}, which holds no value of it", i)
+        total = frozenset().union(*values)
+        if len(total) != sum(map(len, values)):      # some contribution in two members' values
+            twice = sorted(r for r in total if sum(r in v for v in values) > 1)
+            raise VerificationError(f"chunk {c} load-reduced over {list(t.group)} counts rank(s) {twice} twice", i)
         state[t.dst][c] = total
 
 

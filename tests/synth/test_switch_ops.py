@@ -100,15 +100,16 @@ def test_simulated_nvls_allreduce_meets_the_switch_model(hardware):
 
 
 @pytest.mark.parametrize("collective", ["allreduce", "reducescatter", "allgather"])
-@pytest.mark.parametrize("hardware, nodes", [("dgx-h100", 1), ("dgx-h100", 2), ("gb200-nvl72", 1)])
+@pytest.mark.parametrize("hardware, nodes", [("dgx-h100", 1), ("dgx-h100", 2),
+                                             pytest.param("gb200-nvl72", 1, marks=pytest.mark.slow)])
 def test_switch_schedules_verify_and_use_the_switch(collective, hardware, nodes):
     graph = build_topology(load_hardware(hardware), nodes)
     lt = logical_topology(graph, collective, default_sketch(graph, collective), G)
     made = list(switch_schedules(lt))
     assert made and all(switch_ops(a) for _, a in made)
-    for _, algorithm in made:
+    assert [a.metadata["pieces"] for _, a in made][:3] == [1, 4, 16]
+    for _, algorithm in made[:2] + made[-1:]:     # (every one replays alike: the fewest pieces and the most)
         verify(algorithm, graph)
-    assert {a.metadata["pieces"] for _, a in made} >= {1, 4}
 
 
 def test_no_switch_schedule_where_the_switch_cannot_reduce():
@@ -143,7 +144,7 @@ def test_protocols_without_multimem_get_no_switch_schedule(h100):
 
 def test_switch_schedule_pieces_cut_every_owner_cell(h100):
     lt = logical_topology(h100, "reducescatter", default_sketch(h100, "reducescatter"), G)
-    one, four = switch_schedule(lt, 1), switch_schedule(lt, 4)
+    one, four = switch_schedule(lt, (1,)), switch_schedule(lt, (1,) * 4)
     assert four.collective.chunkup == 4 * one.collective.chunkup
     assert len(four.transfers) == 4 * len(one.transfers)
     assert all(t.op == "switch_reduce" for t in one.transfers)

@@ -19,14 +19,15 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ...model.algorithm import Algorithm, Transfer, verify
+from ...model.algorithm import Algorithm, Transfer
 from ...model.collectives import Collective
 from ...model.switch import COLLECTIVES
 from ...model.topology import reducing_switch
 from ...sketch.logical import LogicalTopology
 from .strategy import NotApplicable
 
-PIECES = (1, 4, 16)        # each owner's cells cut into this many pieces (more: more overlap, more operations)
+PIECES = (1, 4, 16, 64, 128)  # each owner's cells cut into this many pieces (more: the pipeline fills and drains
+                           # on smaller ones, more operations)
 MAX_NODES = 8              # the direct exchange across nodes moves (nodes - 1) transfers per cell and rail
 MAX_OPERATIONS = 20_000    # transfers per candidate
 
@@ -48,29 +49,32 @@ def switch_schedules(lt: LogicalTopology) -> Iterator[tuple[str, Algorithm]]:
             v = n * gpn + u % gpn
             if v != u and ((u, v) not in lt.edges or (v, u) not in lt.edges):
                 raise NotApplicable(f"the sketch allows no rail hop between GPUs {u} and {v}")
+    where = "switch rails" if nodes > 1 else "switch"
     made = False
     for pieces in PIECES:
-        operations = coll.ranks * coll.chunkup * pieces * (2 + 2 * nodes)
-        if made and operations > MAX_OPERATIONS:
+        if made and coll.ranks * pieces * (4 * nodes - 2) > MAX_OPERATIONS:
             break
-        algorithm = switch_schedule(lt, pieces)
+        algorithm = switch_schedule(lt, (1,) * pieces)
         made = True
-        yield f"switch rails in {pieces} pieces" if nodes > 1 else f"switch in {pieces} pieces", algorithm
+        yield f"{where} in {pieces} pieces", algorithm
 
 
-def switch_schedule(lt: LogicalTopology, pieces: int) -> Algorithm:
-    """The switch schedule (module docstring) with every owner's cells in ``pieces`` pieces (verified)."""
+def switch_schedule(lt: LogicalTopology, sizes: tuple[int, ...]) -> Algorithm:
+    """The switch schedule (module docstring) with every owner's cells in ``len(sizes)`` pieces, piece
+    ``j`` ``sizes[j]`` units of the collective's chunk-up. Not verified here (replaying a reduction over
+    a large switch costs more than building it): :func:`~.select.greedy` verifies the one it chooses."""
     base, graph = lt.collective, lt.graph
     gpn, nodes = graph.graph["gpus_per_node"], graph.graph["nodes"]
-    k = base.chunkup * pieces
+    k = base.chunkup * sum(sizes)
     coll = Collective(base.name, base.ranks, k, base.root)
     name = coll.name
     groups = [tuple(range(n * gpn, (n + 1) * gpn)) for n in range(nodes)]
+    starts = [base.chunkup * sum(sizes[:j]) for j in range(len(sizes) + 1)]
     transfers: list[Transfer] = []
     step = 0
-    for piece in range(k):
+    for piece in range(len(sizes)):
         for owner in range(coll.ranks):
-            cell = (owner * k + piece,)
+            cell = tuple(owner * k + c for c in range(starts[piece], starts[piece + 1]))
             home, j = divmod(owner, gpn)
             servers = [n * gpn + j for n in range(nodes)]
             if name != "allgather":
@@ -83,9 +87,7 @@ def switch_schedule(lt: LogicalTopology, pieces: int) -> Algorithm:
         step += 4
     transfers.sort(key=lambda t: t.step)      # stable: every piece's phases in turn
     steps = {s: i for i, s in enumerate(sorted({t.step for t in transfers}))}
-    algorithm = Algorithm(f"{name}-{graph.graph.get('name', 'topology')}-switch", coll,
-                          tuple(t.at_step(steps[t.step]) for t in transfers), graph.graph.get("name", ""),
-                          {"engine": "greedy", "strategy": "switch", "pieces": pieces, "order": "piece",
-                           "chunk_bytes": lt.chunk_bytes / pieces})
-    verify(algorithm, graph)
-    return algorithm
+    return Algorithm(f"{name}-{graph.graph.get('name', 'topology')}-switch", coll,
+                     tuple(t.at_step(steps[t.step]) for t in transfers), graph.graph.get("name", ""),
+                     {"engine": "greedy", "strategy": "switch", "pieces": len(sizes), "order": "piece",
+                      "chunk_bytes": lt.chunk_bytes / sum(sizes)})
