@@ -148,3 +148,22 @@ def test_switch_schedule_pieces_cut_every_owner_cell(h100):
     assert four.collective.chunkup == 4 * one.collective.chunkup
     assert len(four.transfers) == 4 * len(one.transfers)
     assert all(t.op == "switch_reduce" for t in one.transfers)
+
+
+def test_the_lowerings_refuse_switch_operations(h100):
+    """Lowered directly (``autotaccl lower``), a schedule through the switch is one refusal, not a crash."""
+    from autotaccl.formats import msccl, mscclpp
+
+    algorithm = nvls_allreduce(8)
+    with pytest.raises(msccl.LoweringError, match="no switch operations"):
+        msccl.lower_program(algorithm)
+    with pytest.raises(mscclpp.LoweringError, match="no switch operations"):
+        mscclpp.lower_plan(algorithm, h100)
+
+
+def test_the_mpi_runner_refuses_switch_operations():
+    """No MPI job starts for a schedule that needs a switch that reduces: one line naming the field."""
+    from runners.mpi import measure_many
+
+    with pytest.raises(InputError, match="transfers.*no switch operations"):
+        measure_many([nvls_allreduce(8)], [1 << 20])
