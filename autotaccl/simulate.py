@@ -20,6 +20,13 @@ Model (every term from the graph's hardware profile, ``hardware/README.md``; :mo
   change whenever a transfer starts or ends (a fluid, fair-share model: NICs and switch ports are still
   contended, but nobody holds a path it does not fill).
 
+Switch operations (``Transfer.group``: multimem load-reduce and store through an NVSwitch that
+reduces, :mod:`autotaccl.model.switch`) cross the switch ports of their group: a load-reduce every
+member's port into the switch and the issuer's port out of it, a store the issuer's port in and every
+member's port out. Their bytes count ``byte_weight`` times on those ports (the NVLS rate and per-step
+cost), they are not capped by a channel, their latency is the switch's two port hops plus the
+protocol's NVLink step, and a call with any of them pays the larger of the launch and the NVLS latency.
+
 Pipelining: a runtime never moves a large buffer in one piece. NCCL and MSCCL split each chunk into
 slices per step and keep several steps in flight, so later slices fill the pipeline while earlier ones
 are still travelling. We model that with rounds of at most ``ROUND_BYTES`` = 1 MiB per chunk (and
@@ -50,7 +57,9 @@ from .gcpause import gc_paused
 from .model.algorithm import Algorithm, Transfer
 from .model.collectives import canonical_name, make_collective
 from .model.dependencies import transfer_dependencies
-from .model.switch import COLLECTIVES as SWITCH_COLLECTIVES, PROTOCOL as SWITCH_PROTOCOL, multimem_us, port_share, switch_port
+from .model.switch import (COLLECTIVES as SWITCH_COLLECTIVES, PROTOCOL as SWITCH_PROTOCOL, SwitchPort, byte_weight,
+                           multimem_us, port_share, switch_port)
+from .model.topology import reducing_switch
 from .model.protocols import (PROTOCOLS, Protocol, across_nodes, canonical_protocol, default_protocols,
                               edge_latency, is_net, ll_scale)
 
@@ -83,6 +92,9 @@ class _Plan:
     launch_us: float
     instances: int
     num_conns: int
+    through: tuple[int, ...] = ()            # the switch operations
+    port: SwitchPort | None = None           # their switch's terms
+    plain_rate: float = 0.0                  # a copy's rate over one of its ports (bytes/µs, one instance)
 
 
 def rounds(chunk_bytes: float) -> int:
@@ -218,6 +230,16 @@ def _edge(graph: nx.DiGraph, t: Transfer, i: int) -> dict:
     return edge
 
 
+def _switch_arcs(graph: nx.DiGraph, t: Transfer, i: int) -> tuple[tuple, ...]:
+    """The switch ports a switch operation's bytes cross (module docstring)."""
+    hub = reducing_switch(graph, t.group)
+    if hub is None:
+        raise ValueError(f"transfer {i}: ranks {list(t.group)} share no switch that reduces in {graph.graph.get('name')}")
+    if t.op == "switch_reduce":
+        return tuple((g, hub) for g in t.group) + ((hub, t.dst),)
+    return ((t.src, hub),) + tuple((hub, g) for g in t.group)
+
+
 @gc_paused()
 def _plan(algorithm: Algorithm, graph: nx.DiGraph, protocol: str | None = None, instances: int = 1,
           dependencies: bool = True) -> _Plan:
@@ -234,8 +256,16 @@ def _plan(algorithm: Algorithm, graph: nx.DiGraph, protocol: str | None = None, 
     arc_ids: dict[tuple, int] = {}
     conn_ids: dict[tuple, int] = {}
     edges: dict[tuple[int, int], tuple[tuple[int, ...], float, float]] = {}
-    conns, arcs, alphas, ceiling = [], [], [], []
+    conns, arcs, alphas, ceiling, through = [], [], [], [], []
     for i, t in enumerate(transfers):
+        if t.group:
+            ports = _switch_arcs(graph, t, i)
+            arcs.append(tuple(arc_ids.setdefault(a, len(arc_ids)) for a in ports))
+            alphas.append(2 * cap.edges[ports[0]]["alpha_us"] + proto.hop_us)
+            ceiling.append(math.inf)
+            conns.append(conn_ids.setdefault((t.op, t.src, t.channel), len(conn_ids)))
+            through.append(i)
+            continue
         key = (t.src, t.dst)
         if key not in edges:
             edge = _edge(graph, t, i)
@@ -250,9 +280,16 @@ def _plan(algorithm: Algorithm, graph: nx.DiGraph, protocol: str | None = None, 
     for a, j in arc_ids.items():
         data = cap.edges[a]
         share[j] = data["capacity"] * 1e3 * data.get("efficiency", 1.0) * proto.efficiency / instances
+    launch, port, plain = proto.launch_us, None, 0.0
+    if through:
+        profile = graph.graph["profile"]
+        port = switch_port(profile, graph.graph["nodes"])
+        link = profile.link_classes[profile.switches[0].link_class]
+        plain = link.bandwidth_GBps * 1e3 * link.efficiency * proto.efficiency
+        launch = max(launch, port.nvls.latency_us)
     return _Plan(tuple(len(d) for d in deps), tuple(map(tuple, dependents)), tuple(conns), tuple(arcs),
                  tuple(alphas), tuple(len(t.chunks) for t in transfers), tuple(share), tuple(ceiling),
-                 proto.launch_us, instances, len(conn_ids))
+                 launch, instances, len(conn_ids), tuple(through), port, plain)
 
 
 # --------------------------------------------------------------------------- event loop
@@ -272,7 +309,12 @@ def _pieces(plan: _Plan, algorithm: Algorithm, size: int) -> tuple[list[float], 
         raise ValueError("simulate needs a positive size and at least one transfer")
     chunk = algorithm.collective.chunk_bytes(size) / plan.instances
     k = rounds(chunk)
-    return [c * chunk / k for c in plan.chunks], k
+    nbytes = [c * chunk / k for c in plan.chunks]
+    if plan.through:
+        weight = byte_weight(size, plan.port, plan.plain_rate)
+        for i in plan.through:
+            nbytes[i] *= weight
+    return nbytes, k
 
 
 def _solo(plan: _Plan) -> list[float]:
@@ -468,7 +510,11 @@ def algorithm_costs(algorithm: Algorithm, graph: nx.DiGraph, protocol: str | Non
     conn_load: dict[tuple, float] = defaultdict(float)
     net_load: dict[tuple, float] = defaultdict(float)       # the connections that cross the network
     for i, t in enumerate(transfers):
-        edge = _edge(graph, t, i)
+        if t.group:     # a switch operation: its ports, one NVLink step
+            resources = _switch_arcs(graph, t, i)
+            edge = {"resources": resources, "alpha_us": 2 * cap.edges[resources[0]]["alpha_us"], "kind": "switch"}
+        else:
+            edge = _edge(graph, t, i)
         net = is_net(edge)
         before = max((best[d] for d in deps[i]), default=(0.0, 0.0, 0, 0, 0.0))
         link = float(edge["alpha_us"])

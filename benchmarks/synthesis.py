@@ -10,7 +10,9 @@ chosen schedule's floor at 1 GiB (``simulate.floor_us``: the busiest arc's and c
 longest dependency chain, what its load allows; the gap down to the simulated share is lost to pipelining and
 contention), the time at 1 MiB over the larger of the latency bound and the bandwidth-bound time (and over the
 attainable bound at 1 MiB, the least over the protocols: launch included), and the speed-up over stock NCCL
-(``nccl_model``) at both sizes. Ours is simulated as ``synth --protocol --instances`` would make it
+(``nccl_model``) at both sizes; where the profile's switch reduces (``nccl.nvls``), also at 1 GiB the
+schedule synthesized for any runtime (Simple x 1: the switch schedules, which no XML runtime loads) over
+stock NCCL and as a share of the attainable bound with in-switch reduction. Ours is simulated as ``synth --protocol --instances`` would make it
 (``SynthOptions.protocol``, ``instances``, and ``runtime``: only schedules whose MSCCL XML lowering
 msccl-executor loads, as ``synth`` chooses by default; the scale rows, beyond ``MAX_LOWERED_GPUS``, any): at 1
 GiB synthesized for Simple at each of 1 to 8 instances (every count a sweep's ``instances`` knob takes; the
@@ -148,18 +150,19 @@ def measure(hardware: str, nodes: int, collective: str, engine: str, time_limit:
     lowered = graph.number_of_nodes() <= MAX_LOWERED_GPUS
     runtime = loader("msccl-executor") if lowered else None
 
-    def synthesized(size: int, protocol: str = "Simple", instances: int = 1):
+    def synthesized(size: int, protocol: str = "Simple", instances: int = 1, any_runtime: bool = False):
         """The algorithm synth makes for the run, or None where the runtime loads none at that count."""
         began = time.perf_counter()
         try:
             result = synthesize(graph, collective, None, SynthOptions(
                 engine=engine, size=size, time_limit=time_limit, solver="highs", protocol=protocol,
-                instances=instances, runtime=runtime))
+                instances=instances, runtime=None if any_runtime else runtime))
         except InfeasibleError:
             return None
         finally:
             out["seconds"] = max(out["seconds"], time.perf_counter() - began)
-        out["status"][format_size(size)] = result.status
+        if not any_runtime:
+            out["status"][format_size(size)] = result.status
         return result.algorithm
 
     # 1 GiB: synthesized for Simple at each instance count, as synth --instances does (the scale rows:
@@ -180,6 +183,10 @@ def measure(hardware: str, nodes: int, collective: str, engine: str, time_limit:
     out["pct_switch_1G"] = 100 * attainable_us(graph, collective, G) / ours
     out["pct_floor_1G"] = 100 * attainable / floor
     out["nccl_speedup_1G"] = nccl[G] / ours
+    if graph.graph["profile"].nccl.nvls is not None:     # any runtime: the switch schedules too
+        anywhere = min(ours, simulate(synthesized(G, any_runtime=True), graph, G).time_us)
+        out["nccl_speedup_any_1G"] = nccl[G] / anywhere
+        out["pct_switch_any_1G"] = 100 * attainable_us(graph, collective, G) / anywhere
     # 1 MiB: synthesized for each run, as synth --protocol --instances does (the scale rows: once,
     # for Simple x 1, then run with each protocol)
     if lowered:
@@ -228,28 +235,35 @@ def verdicts(m: dict, quality: float | None, scale: bool) -> list[str]:
     return out
 
 
+def anywhere(m: dict) -> str:
+    """The any-runtime column: ``-`` where the profile's switch does not reduce."""
+    if "nccl_speedup_any_1G" not in m:
+        return "-"
+    return f"{m['nccl_speedup_any_1G']:.2f} ({m['pct_switch_any_1G']:.1f})"
+
+
 def targets_table(args) -> None:
     configs = [(hw, n, c, 97.0, False) for hw, n in QUALITY for c in COLLECTIVES]
     configs += [(hw, n, c, None, False) for hw, n in FABRICS for c in COLLECTIVES]
     if args.scale:
         configs += [(hw, n, c, 95.0, True) for hw, n in SCALE for c in COLLECTIVES[:3]]
     print("| config | GPUs | engine | status 1M / 1G | s | peak MiB | % bound 1G | % attainable 1G | % attainable with switch 1G | floor % attainable 1G | 1M time / bound "
-          "| 1M time / attainable | x NCCL 1M | x NCCL 1G | targets |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| 1M time / attainable | x NCCL 1M | x NCCL 1G | any runtime 1G: x NCCL (% attainable with switch) | targets |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for hw, n, c, quality, scale in configs:
         label = f"{hw}x{n} {c}"
-        if args.only and args.only not in label:
+        if args.only and not any(part in label for part in args.only.split(",")):
             continue
         for engine in args.engines.split(","):
             m = child(hw, n, c, engine, args.time_limit, args.timeout)
             if "error" in m:
-                print(f"| {label} | | {engine} | {m['error']} | | | | | | | | | | | not met (no result) |")
+                print(f"| {label} | | {engine} | {m['error']} | | | | | | | | | | | | not met (no result) |")
             else:
                 status = " / ".join(m["status"].values())
                 print(f"| {label} | {m['gpus']} | {engine} | {status} | {m['seconds']:.1f} | {m['peak_MiB']:.0f} | "
                       f"{m['pct_bound_1G']:.1f} | {m['pct_attainable_1G']:.1f} (x{m['instances_1G']}) | {m['pct_switch_1G']:.1f} | {m['pct_floor_1G']:.1f} | {m['over_bound_1M']:.2f} | "
                       f"{m['over_attainable_1M']:.2f} ({m['runs_1M']}) | "
-                      f"{m['nccl_speedup_1M']:.2f} | {m['nccl_speedup_1G']:.2f} | "
+                      f"{m['nccl_speedup_1M']:.2f} | {m['nccl_speedup_1G']:.2f} | {anywhere(m)} | "
                       f"{'; '.join(verdicts(m, quality, scale))} |")
             sys.stdout.flush()
 
@@ -259,7 +273,7 @@ def taccl_table(args) -> None:
           "| algbw at 1G (% bound) | steps | 1K-synth vs ring at 1K | speed-up 1K | speed-up 1M | speed-up 1G |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for config in CONFIGS:
-        if args.only and args.only not in config[0]:
+        if args.only and not any(part in config[0] for part in args.only.split(",")):
             continue
         for engine in args.engines.split(","):
             print(row(*config, engine, args.time_limit, args.solver))
@@ -270,7 +284,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engines", default="greedy,milp")
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per MILP stage")
-    parser.add_argument("--only", default="", help="run configurations whose label contains this")
+    parser.add_argument("--only", default="", help="run configurations whose label contains this (or one of these, comma-separated)")
     parser.add_argument("--solver", default="highs", help="auto | highs | gurobi (the targets are for highs)")
     parser.add_argument("--taccl", action="store_true", help="TACCL's example configurations instead")
     parser.add_argument("--scale", action="store_true", help="also DGX-H100 x32 and x64 (256 and 512 GPUs)")

@@ -23,7 +23,7 @@ from typing import Sequence
 import pandas as pd
 
 from autotaccl.errors import InputError
-from autotaccl.model.algorithm import Algorithm, to_json
+from autotaccl.model.algorithm import Algorithm, switch_ops, to_json
 from autotaccl.model.collectives import Collective
 
 from runners import launch
@@ -259,6 +259,10 @@ def measure_many(algorithms: Sequence[Algorithm | Collective], sizes: Sequence[i
     if len(ranks) != 1:
         raise InputError("algorithms", "ranks", "the same number of ranks for all algorithms of one job")
     ranks_needed = ranks.pop()
+    for a in algorithms:        # multimem needs an NVSwitch: MPI ranks on CPUs have none to reduce in
+        if isinstance(a, Algorithm) and switch_ops(a):
+            raise InputError(a.name or "algorithm", "transfers", "no switch operations (the mpi runner moves data "
+                                                                 "between ranks only; --runner sim times them)")
     np = ranks_needed if options.np is None else options.np
     if np != ranks_needed:
         raise InputError("--np", str(np), f"{ranks_needed}, the number of ranks of the algorithm")

@@ -23,10 +23,12 @@ import networkx as nx
 from ..documents import read_document
 from ..errors import InputError
 from .collectives import MAX_CHUNKS, NAMES, Collective
+from .topology import reducing_switch
 
 FORMAT = "autotaccl-algorithm"
 VERSION = 1
-OPS = ("copy", "reduce")
+SWITCH_OPS = ("switch_reduce", "switch_broadcast")
+OPS = ("copy", "reduce") + SWITCH_OPS
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,11 +41,22 @@ class Transfer:
     link: int = 0
     start_us: float | None = None
     channel: int = 0
+    group: tuple[int, ...] = ()     # a switch operation's ranks (sorted); () for a copy or reduce
+
+    @property
+    def through_switch(self) -> bool:
+        return bool(self.group)
 
     def at_step(self, step: int) -> Transfer:
         """This transfer at ``step``, built directly: ``dataclasses.replace`` took a third of the time of
         stepping a million-transfer schedule."""
-        return Transfer(self.chunks, self.src, self.dst, step, self.op, self.link, self.start_us, self.channel)
+        return Transfer(self.chunks, self.src, self.dst, step, self.op, self.link, self.start_us, self.channel,
+                        self.group)
+
+
+def switch_ops(algorithm: "Algorithm") -> int:
+    """How many of ``algorithm``'s transfers are switch operations (a runtime without multimem runs none)."""
+    return sum(1 for t in algorithm.transfers if t.group)
 
 
 @dataclass(frozen=True)
@@ -75,6 +88,8 @@ def to_json(algorithm: Algorithm) -> dict:
             out["start_us"] = round(t.start_us, 6)
         if t.channel:
             out["channel"] = t.channel
+        if t.group:
+            out["group"] = list(t.group)
         return out
 
     c = algorithm.collective
@@ -146,9 +161,9 @@ def from_json(data: Any, source: str = "<algorithm>") -> Algorithm:
         where = f"transfers[{i}]"
         if not isinstance(t, dict):
             raise fail(where, "an object")
-        unknown = sorted(set(t) - {"chunks", "src", "dst", "step", "op", "link", "start_us", "channel"})
+        unknown = sorted(set(t) - {"chunks", "src", "dst", "step", "op", "link", "start_us", "channel", "group"})
         if unknown:
-            raise fail(f"{where}.{unknown[0]}", "only chunks, src, dst, step, op, link, start_us, channel")
+            raise fail(f"{where}.{unknown[0]}", "only chunks, src, dst, step, op, link, start_us, channel, group")
         chunks = t.get("chunks")
         if (not isinstance(chunks, list) or not chunks
                 or any(isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < collective.num_chunks for c in chunks)):
@@ -159,15 +174,16 @@ def from_json(data: Any, source: str = "<algorithm>") -> Algorithm:
             value = t.get(key)
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < collective.ranks:
                 raise fail(f"{where}.{key}", f"a rank in 0..{collective.ranks - 1}")
-        if t["src"] == t["dst"]:
+        op = t.get("op", "copy")
+        if op not in OPS:
+            raise fail(f"{where}.op", f"one of: {', '.join(OPS)}")
+        group = _group(t, op, collective.ranks, fail, where)
+        if not group and t["src"] == t["dst"]:
             raise fail(f"{where}.dst", "a rank other than src")
         step = t.get("step")
         if isinstance(step, bool) or not isinstance(step, int) or step < last_step:
             raise fail(f"{where}.step", f"a whole number >= {last_step} (steps never decrease)")
         last_step = step
-        op = t.get("op", "copy")
-        if op not in OPS:
-            raise fail(f"{where}.op", "copy or reduce")
         link, channel = t.get("link", 0), t.get("channel", 0)
         for key, value in (("link", link), ("channel", channel)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -176,7 +192,7 @@ def from_json(data: Any, source: str = "<algorithm>") -> Algorithm:
         if start is not None and (isinstance(start, bool) or not isinstance(start, (int, float)) or not 0 <= start < math.inf):
             raise fail(f"{where}.start_us", "a number >= 0")
         transfers.append(Transfer(tuple(chunks), t["src"], t["dst"], step, op, link,
-                                  None if start is None else float(start), channel))
+                                  None if start is None else float(start), channel, group))
     name = data.get("name", "")
     metadata = data.get("metadata", {})
     if not isinstance(name, str):
@@ -184,6 +200,21 @@ def from_json(data: Any, source: str = "<algorithm>") -> Algorithm:
     if not isinstance(metadata, dict):
         raise fail("metadata", "an object")
     return Algorithm(name, collective, tuple(transfers), str(data.get("topology", "")), metadata)
+
+
+def _group(t: dict, op: str, ranks: int, fail, where: str) -> tuple[int, ...]:
+    """A switch operation's group (sorted, with its issuing rank ``src == dst``); () for a copy or reduce."""
+    group = t.get("group")
+    if op not in SWITCH_OPS:
+        if group is not None:
+            raise fail(f"{where}.group", f"no group: only switch operations ({', '.join(SWITCH_OPS)}) have one")
+        return ()
+    if (not isinstance(group, list) or len(group) < 2 or len(set(group)) != len(group)
+            or any(isinstance(g, bool) or not isinstance(g, int) or not 0 <= g < ranks for g in group)):
+        raise fail(f"{where}.group", f"a list of two or more distinct ranks in 0..{ranks - 1}")
+    if t["src"] != t["dst"] or t["src"] not in group:
+        raise fail(f"{where}.dst", "the rank that issues the switch operation: src, a member of group")
+    return tuple(sorted(group))
 
 
 # --------------------------------------------------------------------------- verify
@@ -217,6 +248,9 @@ def verify(algorithm: Algorithm, graph: nx.DiGraph | None = None) -> None:
         raise VerificationError(f"the algorithm has {coll.ranks} ranks but the topology has {graph.number_of_nodes()}")
     state = initial_state(coll)
     for i, t in enumerate(algorithm.transfers):
+        if t.group:
+            _verify_switch(t, i, coll, state, graph)
+            continue
         if not (0 <= t.src < coll.ranks and 0 <= t.dst < coll.ranks) or t.src == t.dst:
             raise VerificationError(f"ranks {t.src}->{t.dst} are not two ranks of 0..{coll.ranks - 1}", i)
         if graph is not None:
@@ -253,6 +287,42 @@ def verify(algorithm: Algorithm, graph: nx.DiGraph | None = None) -> None:
             if value != full:
                 raise VerificationError(
                     f"rank {r} ends with chunk {c} missing contributions from rank(s) {sorted(full - value)}")
+
+
+def _verify_switch(t: Transfer, i: int, coll: Collective, state: list[dict[int, frozenset[int]]],
+                   graph: nx.DiGraph | None) -> None:
+    """Replay one switch operation (module docstring) on ``state``: a load-reduce sums every member's
+    contributions, each counted once; a store copies the issuer's value to every member."""
+    if t.op not in SWITCH_OPS or t.src != t.dst or t.src not in t.group or len(set(t.group)) < 2:
+        raise VerificationError(f"a switch operation ({', '.join(SWITCH_OPS)}) issued by src == dst, a member of "
+                                f"its group of two or more ranks", i)
+    if any(not 0 <= g < coll.ranks for g in t.group):
+        raise VerificationError(f"group {list(t.group)} holds ranks outside 0..{coll.ranks - 1}", i)
+    if t.op == "switch_reduce" and not coll.is_reduction:
+        raise VerificationError(f"a switch_reduce in {coll.name}, which combines nothing", i)
+    if graph is not None:
+        if reducing_switch(graph, t.group) is None:
+            raise VerificationError(f"ranks {list(t.group)} share no switch that reduces (nccl.nvls)", i)
+    for c in t.chunks:
+        if not 0 <= c < coll.num_chunks:
+            raise VerificationError(f"chunk {c} does not exist", i)
+        if t.op == "switch_broadcast":
+            value = state[t.src].get(c)
+            if value is None:
+                raise VerificationError(f"chunk {c} stored through the switch from rank {t.src} before it arrived "
+                                        f"there", i)
+            for g in t.group:
+                state[g][c] = value
+            continue
+        values = [state[g].get(c) for g in t.group]
+        if None in values:
+            g = t.group[values.index(None)]
+            raise VerificationError(f"chunk {c} load-reduced from rank {g}, which holds no value of it", i)
+        total = frozenset().union(*values)
+        if len(total) != sum(map(len, values)):      # some contribution in two members' values
+            twice = sorted(r for r in total if sum(r in v for v in values) > 1)
+            raise VerificationError(f"chunk {c} load-reduced over {list(t.group)} counts rank(s) {twice} twice", i)
+        state[t.dst][c] = total
 
 
 def renumber_steps(transfers: Iterable[Transfer]) -> tuple[Transfer, ...]:

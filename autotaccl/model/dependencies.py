@@ -44,7 +44,12 @@ def conflicts(accesses: Iterable[Access], war: bool = True) -> tuple[tuple[int, 
 
 def transfer_cells(t: Transfer) -> Access:
     """The ``(rank, chunk)`` cells a transfer reads (its chunks on ``src``, and on ``dst`` for a reduce)
-    and writes (its chunks on ``dst``)."""
+    and writes (its chunks on ``dst``); a switch load-reduce reads them on every member of its group, a
+    switch store writes them there."""
+    if t.group:
+        mine = [(t.src, c) for c in t.chunks]
+        members = [(g, c) for g in t.group for c in t.chunks]
+        return (members, mine) if t.op == "switch_reduce" else (mine, [cell for cell in members if cell[0] != t.src])
     writes = [(t.dst, c) for c in t.chunks]
     reads = [(t.src, c) for c in t.chunks]
     return (reads + writes if t.op == "reduce" else reads), writes

@@ -68,6 +68,15 @@ def multimem_us(port_bytes: float, nbytes: float, port: SwitchPort) -> float:
     return port_bytes / port.rate + steps * port.nvls.op_us
 
 
+def byte_weight(nbytes: float, port: SwitchPort, plain_rate: float) -> float:
+    """What one byte of a multimem operation in a call of ``nbytes`` costs a switch port, in bytes of a
+    copy that moves at ``plain_rate`` (bytes/µs) over it: the port's NVLS rate and every lane step's
+    ``op_us`` spread over the step's bytes (:func:`multimem_us` without the rounding up of steps), so
+    the simulator's shared ports charge the switch's operations what this model charges them."""
+    chunk = nvls_chunk(nbytes, port.lanes, port.nvls.chunk_bytes)
+    return plain_rate * (1 / port.rate + port.nvls.op_us / (port.lanes * chunk))
+
+
 def port_share(collective: str, group: int) -> float:
     """Bytes per port and direction, per byte of the call, of the switch's own ``collective`` over a
     group of ``group`` GPUs: AllReduce load-reduces each GPU's slice and stores it (``1 + 1/group``),
@@ -75,4 +84,4 @@ def port_share(collective: str, group: int) -> float:
     return 1 + 1 / group if collective == "allreduce" else 1.0
 
 
-__all__ = ["PROTOCOL", "SwitchPort", "multimem_us", "nvls_chunk", "port_share", "switch_port"]
+__all__ = ["PROTOCOL", "SwitchPort", "byte_weight", "multimem_us", "nvls_chunk", "port_share", "switch_port"]

@@ -197,6 +197,23 @@ def is_network_arc(arc: tuple) -> bool:
     return any(isinstance(end, str) and (end == NETWORK or ".nic" in end) for end in arc)
 
 
+def reducing_switch(graph: nx.DiGraph, group) -> str | None:
+    """The capacity-graph vertex of a switch that every rank of ``group`` attaches to and that reduces
+    (its profile's ``nccl.nvls``): where their switch operations run; None if there is none."""
+    profile = graph.graph.get("profile")
+    if profile is None or profile.nccl.nvls is None:
+        return None
+    gpn = graph.graph["gpus_per_node"]
+    nodes = {g // gpn for g in group}
+    if len(nodes) != 1:
+        return None
+    node, local = nodes.pop(), {g % gpn for g in group}
+    for i, switch in enumerate(profile.switches):
+        if local <= set(switch.gpus):
+            return f"n{node}.sw{i}"
+    return None
+
+
 def num_ranks(graph: nx.DiGraph) -> int:
     return graph.graph["nodes"] * graph.graph["gpus_per_node"]
 

@@ -27,7 +27,7 @@ from ..errors import InfeasibleError, ParameterError
 from ..gcpause import gc_paused
 from ..milp.gurobi import LicenceLimitError
 from ..milp.solution import SOLVERS, NoSolutionError, Solver, SolverOptions, StageReport
-from ..model.algorithm import Algorithm, verify
+from ..model.algorithm import Algorithm, switch_ops, verify
 from ..model.collectives import canonical_name
 from ..model.protocols import PROTOCOLS
 from ..sketch import ENGINES, Engine
@@ -44,10 +44,12 @@ MAX_ROUTING_CANDIDATES = 60_000   # (chunk, link) pairs beyond which the routing
 class Loader:
     """The runtime a schedule is synthesized for (``autotaccl.formats.loading.loader`` makes one per runtime):
     ``problem(algorithm, protocol, instances)`` is None when ``name`` loads the algorithm run that way,
-    else why not, in one line (a runtime limit the lowering would exceed)."""
+    else why not, in one line (a runtime limit the lowering would exceed). ``switch``: it runs switch
+    operations (multimem), so synthesis offers it schedules with them."""
 
     name: str
     problem: Callable[[Algorithm, str, int], str | None] = field(compare=False, repr=False)
+    switch: bool = False
 
 
 @dataclass(frozen=True)
@@ -177,7 +179,8 @@ def check_routes(lt: LogicalTopology) -> None:
 def _greedy(lt: LogicalTopology, options: SynthOptions, sketch) -> tuple[Algorithm, dict, str]:
     began = time.perf_counter()
     algorithm = greedy(lt, options.size, batching=sketch.contiguity, gap=options.bound_gap,   # batch_window: the MILP's
-                       protocol=options.protocol, instances=options.instances, admit=options.admit())
+                       protocol=options.protocol, instances=options.instances, admit=options.admit(),
+                       switch=options.runtime is None or options.runtime.switch)
     report = StageReport(time.perf_counter() - began, 0, 0, "heuristic", "greedy",
                          f"{algorithm.metadata.get('strategy')} routing, batching {algorithm.metadata.get('batching')}")
     return algorithm, {"greedy": report}, "heuristic"
@@ -203,6 +206,8 @@ def _milp(lt: LogicalTopology, options: SynthOptions, sketch) -> tuple[Algorithm
     quick, quick_stages, _ = _greedy(lt, options, sketch)
     skipped = (skip_reason(quick, lt.graph, options.size, options.bound_gap, options.protocol, options.instances)
                if options.bound_gap else None)
+    if switch_ops(quick):     # the MILP routes copies only: nothing it finds starts from, or beats, the switch
+        skipped = "skipped: greedy schedule through the switch (the MILP has no switch operations)"
     if skipped:
         log.info("milp engine %s", skipped)
         return quick, {**quick_stages, "milp": StageReport(0.0, 0, 0, "skipped", "bound", skipped)}, skipped

@@ -475,8 +475,10 @@ def test_on_two_dgx_h100_the_readiness_order_makes_the_allreduce_faster_and_the_
     depth, ready = orders(lt, list(rail_schedules(lt))[1][1])
     assert simulate(ready, g, G).time_us < simulate(depth, g, G).time_us
     assert simulate(ready, g, G).time_us <= attainable_us(g, "allreduce", G, switch=False) / 0.97
-    algorithm = greedy(lt, G)
+    # for a runtime without switch operations; one that has them takes the switch (test_switch_ops.py)
+    algorithm = greedy(lt, G, switch=False)
     assert algorithm.metadata["order"] == "readiness" and algorithm.transfers == ready.transfers
+    assert greedy(lt, G).metadata["strategy"] == "switch"
 
 
 def test_at_one_slice_an_allgathers_rails_also_come_in_pieces(topo):

@@ -18,7 +18,10 @@ strategies (:mod:`.strategies`) decide the routes:
 * ``rails`` (:mod:`.forest` over :mod:`autotaccl.synth.rails`): one tree per root along the network
   rails, plain, spilled or in pieces (:func:`.forest.rail_schedules`), and a reduction's in slices
   (:func:`.forest.sliced_rails`): what wins across nodes of rail fabrics at any scale, in slices under
-  several instances.
+  several instances;
+* ``switch`` (:mod:`.switch`, first where the runtime runs switch operations and the protocol is
+  Simple): load-reduce and store through a switch that reduces (NVLink SHARP), across nodes with the
+  direct exchange on the rails, in pieces (what wins at large sizes where the profile has ``nccl.nvls``).
 
 Where each wins, configuration by configuration: ``benchmarks/synthesis.py`` (its latest results in
 ``benchmarks/results/synthesis.md``; the same list as a table in ``docs/synthesis.md``).

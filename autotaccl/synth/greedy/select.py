@@ -1,18 +1,22 @@
 """The greedy engine's choice: every applicable variant and admitted baseline, simulated at the target size."""
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import replace
 from typing import Callable, Iterator
 
 from ...errors import InfeasibleError
 from ...model.algorithm import Algorithm, verify
+from ...model.protocols import canonical_protocol
+from ...model.switch import PROTOCOL as SWITCH_PROTOCOL
 from ...selection import Candidate, attainable_us, fastest
 from ...sketch.logical import LogicalTopology
 from .forest import forest, orders, rail_schedules, sliced_rails
 from .schedule import greedy_schedule, time_steps
 from .strategies import STRATEGIES
 from .strategy import BIG, NotApplicable
+from .switch import switch_schedules
 from .timeline import EPS
 
 log = logging.getLogger(__name__)
@@ -22,7 +26,7 @@ START_ORDER_HANDICAP = 0.02   # prefer the dependency-depth order (far fewer ste
 
 def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | None = None,
            gap: float = 0.0, protocol: str | None = None, instances: int = 1,
-           admit: Callable[[Algorithm], str | None] | None = None) -> Algorithm:
+           admit: Callable[[Algorithm], str | None] | None = None, switch: bool = True) -> Algorithm:
     """The best of the greedy variants at ``size`` bytes run with ``protocol`` (default Simple) and
     ``instances``, judged by the simulator (verified).
 
@@ -33,13 +37,24 @@ def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | 
     schedule in two list orders, then the rail trees and the optimal tree packing (:mod:`.forest`, for
     AllGather and its reductions; first on big configurations), then every baseline
     the sketch admits, so the engine never returns something slower than one of them. ``gap``: stop
-    looking once a candidate is within that share of the attainable bound of copies between GPUs (no
-    candidate moves data through the switch, so nothing can beat it by more).
+    looking once a candidate is within that share of the attainable bound of copies between GPUs (every
+    candidate after the switch schedules only copies, so nothing later can beat it by more).
     ``admit``: why the runtime cannot load a candidate (None: it can); only one it loads is chosen.
+    ``switch``: the runtime runs switch operations, so the switch schedules (:mod:`.switch`) come first
+    where the profile's switch reduces and the protocol is Simple. The gap stays that of the bound of
+    copies: once they are all taken only copy candidates follow, which cannot beat that bound (the
+    bound with in-switch reduction is looser across nodes and would never stop the search).
     """
+    through = switch and canonical_protocol(protocol or SWITCH_PROTOCOL) == SWITCH_PROTOCOL
     enough = attainable_us(lt.graph, lt.collective.name, size, protocol, switch=False) / (1 - gap) if gap else 0.0
-    best, timings = fastest(candidates(lt, batching, window), lt.graph, size, margin_us=EPS, enough_us=enough,
-                            protocol=protocol, instances=instances, admit=admit)
+    lead, timings = [], []
+    if through:     # every switch schedule (the gap of copies does not stop among them), the best leads
+        ahead, timings = fastest(_switched(lt), lt.graph, size, margin_us=EPS, protocol=protocol,
+                                 instances=instances, admit=admit)
+        lead = [] if ahead is None else [ahead.candidate]
+    best, rest = fastest(itertools.chain(lead, candidates(lt, batching, window)), lt.graph, size, margin_us=EPS,
+                         enough_us=enough, protocol=protocol, instances=instances, admit=admit)
+    timings = timings + rest
     if best is None:
         refused = [t.refused for t in timings if t.refused]
         if refused:
@@ -49,13 +64,27 @@ def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | 
     return best.candidate.algorithm
 
 
-def candidates(lt: LogicalTopology, batching: bool = True, window: int | None = None) -> Iterator[Candidate]:
-    """What :func:`greedy` chooses from, in order (on equal times the earlier one wins). On big
+def _switched(lt: LogicalTopology) -> Iterator[Candidate]:
+    """The switch schedules (:mod:`.switch`), where they apply."""
+    try:
+        for name, algorithm in switch_schedules(lt):
+            yield Candidate(algorithm, f"greedy {name}")
+    except NotApplicable as why:
+        log.debug("greedy switch: %s", why)
+
+
+def candidates(lt: LogicalTopology, batching: bool = True, window: int | None = None,
+               switch: bool = False) -> Iterator[Candidate]:
+    """What :func:`greedy` chooses from, in order (on equal times the earlier one wins); ``switch``: the
+    switch schedules first (few operations, built in no time, and where the switch reduces the fastest
+    at large sizes; :func:`greedy` takes them apart, then their best first). On big
     configurations the trees come first: they are built in a fraction of the strategies' time and
     usually win at large sizes, so the strategies' schedules need not be simulated. Where they exist
     there (AllGather and its reductions), the routed strategies are not tried at all: their
     chunk-by-chunk searches took most of the strategies' time and never won on a big configuration,
     where the trees or the exchanges did (``benchmarks/synthesis.py``)."""
+    if switch:
+        yield from _switched(lt)
     big = lt.collective.num_chunks * len(lt.edges) > BIG
     grown = False
     if big:

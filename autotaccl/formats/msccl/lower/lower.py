@@ -14,7 +14,7 @@ import math
 from collections import Counter, defaultdict
 
 from ....gcpause import gc_paused
-from ....model.algorithm import Algorithm, VerificationError, verify
+from ....model.algorithm import Algorithm, VerificationError, switch_ops, verify
 from ..program import COLL_NAMES, LEGACY_NO_LIMIT, LIMITS, Gpu, Program, Step, ThreadBlock
 from .buffers import layout
 from .channels import spread_channels
@@ -49,6 +49,9 @@ def lower_program(algorithm: Algorithm, options: LoweringOptions | None = None) 
         raise LoweringError(source, "algorithm", f"an algorithm that passes verify ({err})") from None
     if algorithm.collective.name not in COLL_NAMES[opts.runtime]:
         raise LoweringError(source, "collective", f"one the {opts.runtime} runtime runs")
+    if switch_ops(algorithm):
+        raise LoweringError(source, "transfers", f"no switch operations (MSCCL XML has none; this algorithm has "
+                                                 f"{switch_ops(algorithm)})")
     limits = LIMITS[opts.runtime]
     links = lanes(algorithm)
     if links * opts.instances > limits.channels:

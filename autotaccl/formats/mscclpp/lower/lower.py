@@ -16,7 +16,7 @@ from collections import defaultdict
 
 import networkx as nx
 
-from ....model.algorithm import Algorithm, Transfer, VerificationError, verify
+from ....model.algorithm import Algorithm, Transfer, VerificationError, switch_ops, verify
 from ....model.topology import NETWORK
 from ..check.check import check_plan
 from ..plan import MAX_OPERATIONS, MAX_RESIDENT_TBS, NO_LIMIT, Plan, to_json
@@ -41,6 +41,8 @@ def lower_plan(algorithm: Algorithm, graph: nx.DiGraph, options: PlanOptions | N
     except VerificationError as err:
         raise LoweringError(source, "algorithm", f"an algorithm that passes verify on {graph.graph.get('name')} "
                             f"({err})") from None
+    if switch_ops(algorithm):      # (the plan's switch channels are not written yet)
+        raise LoweringError(source, "transfers", f"no switch operations ({switch_ops(algorithm)} in this algorithm)")
     expanded, instance = replicate(algorithm, opts.instances)
     kinds_of = {(u, v): "port" if kind == NETWORK else "memory" for u, v, kind in graph.edges(data="kind")}
     packets = tuple(opts.proto == "LL" and kinds_of[(t.src, t.dst)] == "memory" for t in expanded.transfers)
