@@ -26,17 +26,10 @@ def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | 
     """The best of the greedy variants at ``size`` bytes run with ``protocol`` (default Simple) and
     ``instances``, judged by the simulator (verified).
 
-    ``batching`` (the sketch's contiguity) lets a routed transfer carry several chunks, at most ``window``
-    (default: no cap; a cap such as TACCL's window of 6 slows small AllToAlls down). The blocks of the
-    structured strategies are never capped. Every strategy is tried (with and without batching, when it
-    routes; on big configurations with trees, only those that do not route: :func:`candidates`), each
-    schedule in two list orders, then the rail trees and the optimal tree packing (:mod:`.forest`, for
-    AllGather and its reductions; first on big configurations), then every baseline
-    the sketch admits, so the engine never returns something slower than one of them. ``gap``: stop
-    looking once a candidate is within that share of the attainable bound of copies between GPUs (no
-    candidate moves data through the switch, so nothing can beat it by more).
-    ``admit``: why the runtime cannot load a candidate (None: it can); only one it loads is chosen.
-    """
+    Tries every strategy (:func:`candidates`; with and without ``batching``, at most ``window`` chunks a
+    transfer), each in two list orders, then the tree candidates (:mod:`.forest`) and every baseline the
+    sketch admits, so it is never slower than one of them. ``gap``: stop once a candidate is within that
+    share of the attainable bound. ``admit``: why the runtime cannot load a candidate (None: it can)."""
     enough = attainable_us(lt.graph, lt.collective.name, size, protocol, switch=False) / (1 - gap) if gap else 0.0
     best, timings = fastest(candidates(lt, batching, window), lt.graph, size, margin_us=EPS, enough_us=enough,
                             protocol=protocol, instances=instances, admit=admit)
