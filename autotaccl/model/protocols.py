@@ -132,8 +132,8 @@ def ll_scale(gpu: str, cpu: str, nodes: int) -> float:
     (``channel_GBps``).
 
     Across nodes an LL line crosses the NIC through the host's proxy, and tuning.cc caps LL by the CPU
-    vendor and node count instead of the GPU (``llMaxBws``: Intel 39.0 / 20.4, AMD 22.5 / 19.0 GB/s on
-    2 / 4+ nodes, against e.g. Ampere's 87.7 on one node). The cap is the network path's: NCCL applies it
+    vendor and node count instead of the GPU (``llMaxBws``' CPU rows for 2 and 4+ nodes, :data:`_LL_MAX_NET`,
+    well below a GPU's one-node row). The cap is the network path's: NCCL applies it
     to a whole algorithm because every one of its multi-node channels crosses the network, but a
     thread block that moves LL lines over NVLink inside a node of the same job goes no slower than on one
     node, so :func:`across_nodes` scales the network ceiling only."""
