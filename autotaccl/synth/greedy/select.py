@@ -17,7 +17,7 @@ from .timeline import EPS
 
 log = logging.getLogger(__name__)
 
-START_ORDER_HANDICAP = 0.02   # prefer the dependency-depth order (far fewer steps) unless start order is 2% faster
+START_ORDER_HANDICAP = 0.02   # prefer the dependency-depth order (far fewer steps) unless start order is this share faster
 
 
 def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | None = None,
