@@ -1,7 +1,7 @@
 """The Optuna internals cluster/ relies on, in one place: Optuna has no public API for these.
 
 Tested with the Optuna that pyproject.toml pins; a new release must pass tests/cluster before the pin
-moves. Each function says which internal it reads or writes and why the public API does not do
+moves. Each function says which internal it reads or writes and why the public API cannot
 (the list: ``docs/internals.md``)."""
 from __future__ import annotations
 
