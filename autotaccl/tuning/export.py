@@ -3,7 +3,8 @@ each runtime, and a table saying which.
 
 Candidates are an experiment's verified runs (complete trials and baselines); :func:`autotaccl.tuning.winners.pick`
 names each size's winner and adjacent sizes with one winner form a band. Winners are lowered to every
-runtime's file and checked; the whole is written to a temporary directory that replaces the output at the
+runtime's file and checked (one whose XML or out-of-place plan fails is dropped and the winners picked
+again); the whole is written to a temporary directory that replaces the output at the
 end. The layout written and how to load it: ``docs/runtimes.md``."""
 from __future__ import annotations
 

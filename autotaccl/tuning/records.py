@@ -3,7 +3,8 @@
 An interruption can leave MLflow in any state; each function looks at what is there and does only what is
 missing, so running it again changes nothing: ``sweep_run`` (the parent run, by study uid),
 ``log_baselines`` (one FINISHED run per baseline) and ``reconcile`` (one run per finished trial, in its
-Optuna state, rebuilt from the trial's record where lost)."""
+Optuna state, rebuilt from the trial's record where lost; a journal that lost trials MLflow has runs
+of is refused)."""
 from __future__ import annotations
 
 import json
