@@ -80,7 +80,7 @@ def main(run: Callable[[], int | None], argv: list[str] | None = None) -> None:
     note = ""
     if NOTE in args:
         at = args.index(NOTE)
-        note = " ".join(args[at + 1:at + 2])
+        note = args[at + 1] if at + 1 < len(args) else ""
         del args[at:at + 2]
     sys.argv[1:] = [a for a in args if a != FLAG]
     asked_help = bool({"-h", "--help"} & set(args))
