@@ -8,7 +8,7 @@ import shlex
 
 import pytest
 
-from autotaccl.cli import build_parser
+from autotaccl.cli import _command, build_parser
 from support import REPO
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -108,9 +108,5 @@ def test_each_command_help_ends_with_the_pages_its_readme_row_links(monkeypatch)
     assert len(wanted) >= 18 and all(wanted.values())
     parser = build_parser()
     for name, pages in wanted.items():
-        command = parser
-        for word in name.split():
-            command = next(a for a in command._actions if hasattr(a, "choices") and isinstance(a.choices, dict)
-                           and word in a.choices).choices[word]
-        last = command.format_help().strip().splitlines()[-1]
+        last = _command(parser, name).format_help().strip().splitlines()[-1]
         assert last.startswith("See ") and set(last[len("See "):].split(", ")) == pages, (name, last)
