@@ -1,24 +1,9 @@
 """autotaccl: search communication sketches, synthesize collective algorithms, measure, track and export them.
 
-The Python API, in the order a sweep uses it::
-
-    import autotaccl
-
-    graph = autotaccl.build_topology(autotaccl.load_hardware("ndv2"), nodes=2)
-    result = autotaccl.synthesize(graph, "allgather", autotaccl.load_sketch("sk.json"),
-                                  autotaccl.SynthOptions(engine="greedy", size=1 << 20,
-                                                         runtime=autotaccl.loader("msccl-executor")))
-    autotaccl.verify(result.algorithm, graph)
-    print(autotaccl.simulate(result.algorithm, graph, 1 << 20).time_us, autotaccl.bounds(graph, "allgather"))
-    xml = autotaccl.lower(result.algorithm)
-    space = autotaccl.load_space("demo")              # or autotaccl.space_from_dict({...})
-    summaries = autotaccl.tune(autotaccl.TuneRequest(space=space, trials=10, out="runs"))
-    autotaccl.export("sqlite:///runs/mlflow.db", None, "table")
-
-Names are imported on first use (PEP 562), so ``import autotaccl`` does not load Optuna or MLflow: the
-ranks of an MPI job import ``autotaccl.model`` and pay for nothing else. Bad arguments raise
-:class:`ParameterError` naming the parameter; bad files :class:`InputError` naming the file and field.
-"""
+The Python API in the order a sweep uses it is in ``docs/python.md``. Names are imported on first use
+(PEP 562), so ``import autotaccl`` does not load Optuna or MLflow: an MPI job's ranks import
+``autotaccl.model`` only. Bad arguments raise :class:`ParameterError` naming the parameter; bad files
+:class:`InputError` naming the file and field."""
 from __future__ import annotations
 
 import importlib

@@ -1,29 +1,8 @@
-"""Hand-written baseline algorithms in the IR, built on the topology graph's existing links.
+"""Hand-written baselines in the IR, on the topology graph's links: what a synthesized algorithm must beat.
 
-The baselines are what a synthesized algorithm must beat (NCCL's and MSCCL's classic schedules):
-
-* ``ring``: NCCL's ring. The ring follows a Hamiltonian cycle of each node's own links (the fastest
-  one we find: NDv2's double NVLinks, any order on a switch), leaving a node where a NIC edge exists.
-  AllGather, ReduceScatter, AllReduce (= ReduceScatter then AllGather on the same ring), Broadcast
-  (a pipelined chain). ``channels`` > 1 runs that many rings at once, each on its own channel
-  (chunk-up = channels): channel ``2m+1`` is channel ``2m`` reversed, and each pair leaves a node
-  through another GPU's NIC where the profile has several equally good ones (NCCL's one ring per NIC).
-* ``tree``: NCCL's double binary tree for AllReduce: inside a node a chain along the ring path, across
-  nodes two complementary binary trees (a node that is a leaf in one is inner in the other). Each
-  tree reduces half the buffer up and broadcasts it back down, pipelined slot by slot. ``channels``
-  > 1 runs that many pairs of trees, each on its own channel and crossing between nodes at another
-  GPU where the profile has several equally good ones. Broadcast uses the first tree re-rooted at the root.
-* ``hierarchical`` (2+ nodes): ring inside every node, ring across nodes among GPUs of equal local
-  index, then ring inside every node again (AllGather: across, then inside; ReduceScatter: inside,
-  then across; AllReduce: reduce-scatter inside, all-reduce across, all-gather inside).
-* ``direct``: every rank sends straight to every other (AllToAll, AllGather, Broadcast); where no
-  edge exists the chunk is relayed along a shortest path, which only non-reducing collectives allow.
-* ``two-step`` (AllToAll, 2+ nodes): node-aware AllToAll. Every chunk for GPU ``j`` of another node is
-  first gathered on the local GPU ``j``, which sends all of them to its peer in one transfer.
-
-Every transfer uses an edge of the graph; logical steps follow the textbook schedules (ring step
-``s`` is step ``s``).
-"""
+``ring`` (NCCL's rings, one per channel), ``tree`` (NCCL's double binary tree for AllReduce),
+``hierarchical`` (rings inside and across nodes), ``direct`` (every rank to every other, relayed where no
+edge exists) and ``two-step`` (node-aware AllToAll). Each schedule is described in ``docs/internals.md``."""
 from __future__ import annotations
 
 import logging

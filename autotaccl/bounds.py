@@ -1,39 +1,10 @@
 """Ceilings on what any algorithm can achieve on a topology (``peers-and-bounds.md`` §2).
 
-All bounds read the topology's capacity graph (GPUs, switches, NICs; arcs with ``capacity`` in GB/s):
-
-* latency: the alpha-weighted diameter, the longest shortest-alpha path between two GPUs over the
-  topology's edges (every output depends on a remote input); for Broadcast, the root's eccentricity.
-  ``hop_us`` adds a runtime protocol's per-step latency to every edge on the way (each transfer pays it).
-* AllGather: by max-flow. ``x*`` = max over cuts of (GPUs inside) / (capacity leaving) and
-  ``algbw = N / x*``. A ratio ``r`` is feasible iff every GPU can receive N units from a source feeding
-  each GPU one unit when arcs carry ``r * capacity`` (ForestColl's test). Rather than bisecting ``r``
-  we jump to the ratio of the violated min cut (Dinkelbach's iteration): every jump is itself a cut
-  ratio, so ``r`` only grows, and it stops, exactly, at ``x*``. That test lets every vertex copy what
-  it forwards; only GPUs do. Where a vertex can feed its GPUs more than it is fed (a NIC two GPUs
-  share), the GPUs it feeds must each receive their ``N - 1`` units through the capacity that reaches
-  them together (:func:`reception_ratio`), and the larger ratio holds. Where no vertex is such
-  (switches and single-GPU NICs pass on what they take), the first is exact.
-* ReduceScatter: the same on the reversed capacity graph.
-* AllReduce: RS + AG composed, ``1 / (1/rs + 1/ag)`` (GPU-side reduction, §2.2(c)).
-* AllToAll: the min time ``tau`` of a source-aggregated multicommodity flow that sends ``1/N`` of a
-  rank's buffer to every other GPU with ``sum of flows <= capacity * tau`` on every arc (one LP, HiGHS),
-  ``algbw = 1 / tau``.
-* Broadcast: ``min over v of maxflow(root -> v)``.
-
-* With in-switch reduction (a profile whose ``nccl.nvls`` lets the switch reduce and multicast,
-  :func:`switch_bounds`): the flow bounds of AllGather and ReduceScatter already let every vertex copy
-  and combine, switches included, so they stay. AllReduce no longer needs the RS + AG composition
-  inside a switch's group: every GPU must still send and receive ``S`` (each output depends on each
-  input), so its ports bound it at ``S / rate``, and the network still carries the composition, which
-  the same flow computation gives with the switch's ports made free.
-
-``bound_time_us(b, size)`` combines both: ``max(latency, size / algbw)``; ``bound_algbw`` is its bandwidth.
-
-``efficiency`` (link class -> share of the line rate a transfer moves at) derates every arc before the
-same computation: the ceiling of what the simulator, whose arcs run at ``capacity * efficiency``, can
-give any algorithm (``autotaccl.selection.attainable_us`` adds its protocol terms).
-"""
+Per collective a latency bound (the alpha-weighted diameter) and a bandwidth bound from the capacity graph:
+max-flow for AllGather (ReduceScatter on the reversed graph, AllReduce the two composed), a multicommodity
+flow LP for AllToAll, min-cut from the root for Broadcast; :func:`switch_bounds` with in-switch reduction.
+``bound_time_us`` combines them; ``efficiency`` derates arcs to give the simulator's ceiling. How each is
+computed: ``docs/internals.md``."""
 from __future__ import annotations
 
 import logging

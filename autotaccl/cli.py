@@ -14,6 +14,7 @@ import importlib
 import logging
 import pkgutil
 import sys
+import textwrap
 from typing import Sequence
 
 from . import commands
@@ -24,9 +25,37 @@ from .interrupts import raise_lost_interrupts
 # its option's dest (``trials`` -> --trials, ``time_limit`` -> --time-limit)
 PARAMETER_DESTS = {"collectives": "collective", "experiments": "experiment"}
 
+# the page (in the repository) that explains a command in depth, as the README's command table links it;
+# its ``--help`` ends with a line naming them (tests/test_docs.py keeps this and the table in step)
+SYNTH, RUNTIMES = "docs/synthesis.md", "docs/runtimes.md"
+SWEEP_DOCS = ("docs/sweeps.md", f"{RUNTIMES}#what-export-writes-and-how-to-load-it")
+DOCS = {
+    "topo show": ("hardware/README.md",),
+    "bounds": (f"{SYNTH}#bounds",),
+    "baseline": (f"{SYNTH}#baseline-verify-simulate",),
+    "synth": (f"{SYNTH}#synth",),
+    "verify": (f"{SYNTH}#baseline-verify-simulate",),
+    "simulate": (f"{SYNTH}#baseline-verify-simulate",),
+    "nccl-model": (f"{SYNTH}#nccl-model-and-calibrate",),
+    "calibrate": (f"{SYNTH}#nccl-model-and-calibrate",),
+    "lower": (f"{RUNTIMES}#msccl-xml", f"{RUNTIMES}#msccl-execution-plans"),
+    "check-xml": (f"{RUNTIMES}#msccl-xml",),
+    "import-xml": (f"{RUNTIMES}#msccl-xml",),
+    "check-plan": (f"{RUNTIMES}#msccl-execution-plans",),
+    "bench": ("docs/cluster.md",),
+    "profile": ("docs/cluster.md#running-on-a-cluster",),
+    **dict.fromkeys(("tune", "export", "report", "ui", "demo"), SWEEP_DOCS),
+}
+
 
 class _Help(argparse.HelpFormatter):
-    """Every option's help ends with its default, unless the text already says it."""
+    """Every option's help ends with its default, unless the text already says it; paths and links in the
+    description and epilog are never broken across lines."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        text = self._whitespace_matcher.sub(" ", text).strip()
+        return textwrap.fill(text, width, initial_indent=indent, subsequent_indent=indent,
+                             break_long_words=False, break_on_hyphens=False)
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
@@ -73,6 +102,16 @@ def build_parser() -> argparse.ArgumentParser:
         importlib.import_module(f"{commands.__name__}.{info.name}").register(sub)
     for leaf in _leaves(parser):
         leaf.set_defaults(flags=flags(leaf))
+    for name, pages in DOCS.items():
+        command = _command(parser, name)
+        command.epilog = "\n".join(filter(None, [command.epilog, "See " + ", ".join(pages)]))
+    return parser
+
+
+def _command(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of ``name`` ("topo show": the sub-command's sub-command)."""
+    for word in name.split():
+        parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[word]
     return parser
 
 

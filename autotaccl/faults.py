@@ -1,22 +1,9 @@
 """Fault injection for the recovery tests: :func:`point` names a place a test may interrupt a real process.
 
-Off unless the environment variable ``AUTOTACCL_TEST_FAULT`` is set, which only a test does (no flag,
-no config file, no default sets it): ``NAME:SIGNAL[:N]`` sends this process ``SIGNAL`` (``SIGINT``,
-``SIGKILL``, ``SIGTERM`` or ``SIGSTOP``) the ``N``-th time (default 1) it passes the point ``NAME``;
-several specs are separated by commas. ``SIGINT`` is Ctrl-C at that point, ``SIGKILL`` a worker killed
-there, ``SIGSTOP`` holds the process there until the test continues it (to change the world meanwhile:
-stop a server, fill a disk). The points (grep ``faults.point``):
-
-    setup.study            the study exists, its seeds are not enqueued yet
-    setup.seed             one seed enqueued (once per seed)
-    setup.parent           the sweep's MLflow parent run exists, the study does not know it yet
-    trial.created          Optuna created a trial, nothing of it is stored yet
-    trial.sampling         a parameter suggested (once per parameter)
-    trial.synthesis        the trial's sketch is about to be synthesized
-    mlflow.KIND.created    a run of that kind (baseline, trial) is created, its values not yet logged
-    mlflow.KIND.logged     that run is complete (for a trial: Optuna does not know the result yet)
-    export.written         the export is written to its temporary directory, not yet moved into place
-"""
+Off unless ``AUTOTACCL_TEST_FAULT`` is set (only tests set it): ``NAME:SIGNAL[:N]`` sends this process
+``SIGNAL`` (SIGINT, SIGKILL, SIGTERM, SIGSTOP) the ``N``-th time (default 1) it passes point ``NAME``;
+several specs are separated by commas. The points are the ``faults.point`` calls (grep for them); the
+list with what each means is in ``docs/internals.md``."""
 from __future__ import annotations
 
 import os

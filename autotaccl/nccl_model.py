@@ -1,35 +1,11 @@
 """What stock NCCL does on a hardware profile: per size, the algorithm, protocol and channel count it runs
 and how long that takes.
 
-For every algorithm NCCL has for the collective and every protocol it enables, the time is the closed
-form of :mod:`autotaccl.simulate` (launch + latency-critical path + the bytes on the busiest arc or
-connection over its rate) of the matching schedule on the same graph; the prediction is the fastest of
-them, as NCCL's tuner (``src/graph/tuning.cc``) means to pick. ``NCCL_ALGO``/``NCCL_PROTO`` restrict the
-choice (``algorithms=``/``protocols=``).
-
-* ``ring`` (AllReduce, AllGather, ReduceScatter, Broadcast): :func:`autotaccl.baselines.baseline`'s
-  rings, one per channel.
-* ``tree`` (AllReduce): the double binary tree with chains inside nodes, its bandwidth at the
-  profile's ``nccl.tree_efficiency`` (default NCCL's own 0.92, ``tuning.cc``).
-* ``nvls`` (one node with NVLink SHARP, the profile's ``nccl.nvls``): every GPU's port moves
-  ``S*(1 + 1/n)`` bytes each way for AllReduce (reduce-scatter by multimem loads, all-gather by
-  multicast stores), ``S`` for AllGather/ReduceScatter, in the simulator's multimem steps
-  (:func:`autotaccl.simulate.simulate_switch`, :mod:`autotaccl.model.switch`), on the NVLS channels.
-* ``nvls_tree`` (AllReduce across nodes with NVLS): NVLS inside the node, the tree's traffic on the NICs.
-* ``p2p`` (AllToAll, NCCL's grouped send/receive): every rank sends straight to every other over
-  ``nccl.p2p_channels_per_peer`` channels per peer, with LL up to ``P2P_LL_BYTES`` per peer, else Simple.
-* ``pat`` and ``collnet``: not modelled (:data:`NOT_MODELLED` says why).
-
-Bandwidths assume all ``nccl.channels`` channels, as NCCL's own cost model does; the channel count
-reported is the one NCCL runs (``enqueue.cc``): it starts from ``nccl.channels`` and drops one while
-the buffer is smaller than ``channels * threads * threshold`` (512 threads for LL and Simple, 640 for
-LL128; thresholds 8 (LL, times the rank count for rings), 8 (LL128) and 64 (Simple) bytes per thread),
-where calls are too small for the bandwidth to matter. Each of those channels adds the profile's
-``nccl.channel_launch_us`` to the call (its work set up by the host, its thread block scheduled): in the
-public A100 tables the fixed cost of LL calls grows with the channels, alike for AllReduce and AllGather
-although their hop counts differ (``benchmarks/fidelity.py``). Across nodes LL runs at the
-ceiling of the host CPU's row of ``llMaxBws`` (:func:`autotaccl.model.protocols.ll_scale`).
-"""
+Each algorithm NCCL has for the collective (ring, tree, nvls, nvls_tree, p2p; pat and collnet are
+:data:`NOT_MODELLED`) under each enabled protocol is timed by :mod:`autotaccl.simulate`'s closed form, and
+the fastest is the prediction, as NCCL's tuner (``src/graph/tuning.cc``) means to pick; the channel count
+follows ``enqueue.cc``. ``benchmarks/fidelity.py`` checks it against public tables; details in
+``docs/internals.md``."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,46 +1,12 @@
 """Event-driven fluid simulation of an :class:`~autotaccl.model.algorithm.Algorithm` on a topology graph,
 for one runtime protocol (LL, LL128, Simple) and instance count.
 
-Model (every term from the graph's hardware profile, ``hardware/README.md``; :mod:`autotaccl.model.protocols`):
-
-* **Time** = the protocol's ``launch_us`` (once per call) + the makespan of the transfers.
-* **Latency.** A transfer on edge ``u -> v`` becomes ready when its data dependencies have finished;
-  ``alpha`` later (the edge's ``alpha_us``, the sum of its arcs', plus the protocol's ``hop_us`` inside a
-  node or ``net_hop_us`` across the network) its bytes can start to move.
-* **Connections.** A transfer runs on the connection ``(src, dst, channel)``; instance ``i`` of ``I``
-  runs the same transfer on its own channel with ``1/I`` of the bytes (the lowering's instances,
-  ``formats/msccl/lower/replicate.py``). A connection moves one transfer at a time: the others wait,
-  in priority order (round, then list order), while their latency overlaps the moving one's bytes (a
-  runtime keeps several steps in flight per connection).
-* **Link sharing.** While it moves, a transfer's bytes cross every arc of its edge (an NVLink bundle,
-  a switch out-port and in-port, a GPU-NIC hop, a NIC's egress and ingress). An arc's payload rate is
-  ``capacity * link efficiency * protocol efficiency``, shared equally by the channel copies crossing
-  it; a copy moves at the smallest of its shares and at most at the protocol's ``channel_GBps`` (one
-  thread block cannot fill a fast link; LL's is lower across the network, ``Protocol.ceilings``). Rates
-  change whenever a transfer starts or ends (a fluid, fair-share model: NICs and switch ports are still
-  contended, but nobody holds a path it does not fill).
-
-Switch operations (``Transfer.group``: multimem load-reduce and store through an NVSwitch that
-reduces, :mod:`autotaccl.model.switch`) cross the switch ports of their group: a load-reduce every
-member's port into the switch and the issuer's port out of it, a store the issuer's port in and every
-member's port out. Their bytes count ``byte_weight`` times on those ports (the NVLS rate and per-step
-cost), they are not capped by a channel, their latency is the switch's two port hops plus the
-protocol's NVLink step, and a call with any of them pays the larger of the launch and the NVLS latency.
-
-Pipelining: a runtime never moves a large buffer in one piece. NCCL and MSCCL split each chunk into
-slices per step and keep several steps in flight, so later slices fill the pipeline while earlier ones
-are still travelling. We model that with rounds of at most ``ROUND_BYTES`` = 1 MiB per chunk (and
-instance copy): a larger chunk runs ``k = min(ceil(chunk / ROUND_BYTES), MAX_ROUNDS)`` rounds over
-slices of ``chunk / k``. Each round is an independent copy of the transfer list; rounds only share
-connections and links.
-
-:func:`estimate` is the closed form the simulation approaches: launch + the latency-critical path + the
-bytes on the busiest arc or connection over its rate. The NCCL model (:mod:`autotaccl.nccl_model`)
-evaluates stock NCCL's algorithms with it.
-
-Bandwidths follow nccl-tests (``msccl-xml-and-nccl-tests.md`` §5.4): ``algbw = size / time`` in
-decimal GB/s (bytes/µs/1e3) and ``busbw = algbw * collective.busbw_factor``.
-"""
+Time is the protocol's launch plus the makespan of the transfers; each transfer waits for its
+dependencies and its connection, pays its edge's alpha, then shares every arc it crosses fairly with the
+others, in rounds of at most ``ROUND_BYTES`` (a runtime's pipelining). Switch operations cross their
+group's switch ports at the NVLS rate (:mod:`autotaccl.model.switch`). :func:`estimate` is the closed form
+the simulation approaches. Bandwidths follow nccl-tests (``msccl-xml-and-nccl-tests.md`` §5.4). The model
+term by term: ``docs/internals.md``."""
 from __future__ import annotations
 
 import heapq

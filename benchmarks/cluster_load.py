@@ -25,11 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from autotaccl.cluster.heartbeat import open_storage  # noqa: E402
 from autotaccl.tuning.sweep import counted  # noqa: E402
-from support import MlflowServer, postgres_url, tune_cmd, unique, write_space  # noqa: E402
+from support import PAIR_SPACE, MlflowServer, postgres_url, tune_cmd, unique, write_space  # noqa: E402
 
 
 def sweep(tmp: Path, server: MlflowServer, storage: str, workers: int, trials: int) -> dict:
-    space = write_space(tmp / "space")
+    space = write_space(tmp / "space", PAIR_SPACE)   # the experiment pairx2-allgather searched below
     study = unique(f"load{workers}")
     start = time.perf_counter()
     procs = [subprocess.Popen(tune_cmd("--space", str(space), "--storage", storage, "--study", study,

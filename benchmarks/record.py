@@ -24,7 +24,9 @@ FLAG = "--write"
 #: a results file's section of figures that stood in library docstrings before they moved here: kept when the
 #: benchmark rewrites the file, until a run of the benchmark measures them again and someone drops it
 CARRIED = "## Carried over from the code"
-HELP = f"  {FLAG}  also record this output, the commit and the machine in benchmarks/results/<name>.md"
+NOTE = "--note"
+HELP = (f"  {FLAG}  also record this output, the commit and the machine in benchmarks/results/<name>.md\n"
+        f"  {NOTE} TEXT  with --write: a line for the file's header (why this setting, what it leaves out)")
 
 
 class _Tee(io.TextIOBase):
@@ -60,34 +62,44 @@ def machine() -> str:
             f"Python {platform.python_version()}")
 
 
-def results_page(name: str, argv: list[str], output: str, when: dt.datetime | None = None) -> str:
-    """The Markdown of ``benchmarks/results/<name>.md``."""
+def results_page(name: str, argv: list[str], output: str, when: dt.datetime | None = None,
+                 note: str = "") -> str:
+    """The Markdown of ``benchmarks/results/<name>.md``; ``note`` says why the run used this setting."""
     when = when or dt.datetime.now(dt.timezone.utc)
     command = shlex.join(["python", f"benchmarks/{name}.py", *argv])
     return (f"# {name}\n\nLatest results of `{command}` (written with `{FLAG}`).\n\n"
+            + (f"{note.strip()}\n\n" if note.strip() else "") +
             f"* commit: {commit()}\n* machine: {machine()}\n* date: {when:%Y-%m-%d %H:%M} UTC\n\n"
             f"```text\n{output.rstrip()}\n```\n")
 
 
 def main(run: Callable[[], int | None], argv: list[str] | None = None) -> None:
     """Run a benchmark's ``main`` (exit status its return value); with ``--write``, record its output."""
-    args = sys.argv[1:] if argv is None else argv
+    args = list(sys.argv[1:] if argv is None else argv)
     write = FLAG in args
+    note = ""
+    if NOTE in args:
+        at = args.index(NOTE)
+        note = args[at + 1] if at + 1 < len(args) else ""
+        del args[at:at + 2]
     sys.argv[1:] = [a for a in args if a != FLAG]
-    if {"-h", "--help"} & set(args):
+    asked_help = bool({"-h", "--help"} & set(args))
+    if asked_help:
         print(HELP)
     name = Path(sys.modules["__main__"].__file__ or "benchmark").stem
     tee = _Tee(sys.stdout)
     sys.stdout = tee
     try:
         status = run()
+    except SystemExit as stop:          # a benchmark that ends with sys.exit(status) is recorded as well
+        status = stop.code
     finally:
         sys.stdout = tee.stream
-    if write and not status:
+    if write and not status and not asked_help:
         RESULTS.mkdir(exist_ok=True)
         path = RESULTS / f"{name}.md"
         old = path.read_text() if path.is_file() else ""
         carried = old[old.index(CARRIED):] if CARRIED in old else ""
-        path.write_text(results_page(name, sys.argv[1:], tee.text.getvalue()) + ("\n" + carried if carried else ""))
+        path.write_text(results_page(name, sys.argv[1:], tee.text.getvalue(), note=note) + ("\n" + carried if carried else ""))
         print(f"wrote {path.relative_to(RESULTS.parent.parent)}")
     sys.exit(status)

@@ -67,3 +67,20 @@ def test_the_results_files_name_a_commit_and_their_carried_figures_a_source():
         assert re.search(r"commit: [0-9a-f]{40}|at commit [0-9a-f]{40}", text), page.name
         if record.CARRIED in text:
             assert re.search(r"at commit [0-9a-f]{40}", text.split(record.CARRIED, 1)[1]), page.name
+
+
+def test_a_note_goes_in_the_header_and_a_benchmark_may_end_with_sys_exit(monkeypatch, tmp_path):
+    monkeypatch.setattr(record, "RESULTS", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["bench.py", "--write", "--note", "smallest setting: 2 workers", "-n", "2"])
+    monkeypatch.setattr(sys.modules["__main__"], "__file__", str(tmp_path / "bench.py"), raising=False)
+
+    def main():
+        assert sys.argv[1:] == ["-n", "2"]
+        print("table")
+        sys.exit(0)
+
+    with pytest.raises(SystemExit) as stop:
+        record.main(main)
+    page = (tmp_path / "bench.md").read_text()
+    assert stop.value.code == 0 and "`python benchmarks/bench.py -n 2`" in page
+    assert "smallest setting: 2 workers\n\n* commit:" in page and "table" in page

@@ -8,7 +8,7 @@ import shlex
 
 import pytest
 
-from autotaccl.cli import build_parser
+from autotaccl.cli import _command, build_parser
 from support import REPO
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -89,3 +89,24 @@ def test_every_written_out_command_parses():
             parser.parse_args(words)
             checked += 1
     assert checked >= 15
+
+
+def test_each_command_help_ends_with_the_pages_its_readme_row_links(monkeypatch):
+    """A README row's "more" column (links and backquoted pages) is what the row's commands' ``--help``
+    names on its last line (of an 80-column terminal), so the terminal points at the README's page."""
+    monkeypatch.setenv("COLUMNS", "80")
+    wanted: dict[str, set[str]] = {}
+    for row in (REPO / "README.md").read_text().splitlines():
+        if not row.startswith("| `"):
+            continue
+        first, *_, more = [cell.strip() for cell in re.split(r"(?<!\\)\|", row)[1:-1]]
+        pages = set(re.findall(r"\]\(([^)\s]+)\)", more)) | set(re.findall(r"`([\w./-]+\.md)`", more))
+        for code in re.findall(r"`([^`]+)`", first):
+            words = code.split()
+            name = " ".join(words[:2]) if words[0] == "topo" else words[0]
+            wanted.setdefault(name, set()).update(pages)
+    assert len(wanted) >= 18 and all(wanted.values())
+    parser = build_parser()
+    for name, pages in wanted.items():
+        last = _command(parser, name).format_help().strip().splitlines()[-1]
+        assert last.startswith("See ") and set(last[len("See "):].split(", ")) == pages, (name, last)

@@ -1,19 +1,10 @@
 """Heartbeats, and the reaper that fails and retries the trials of workers that died.
 
-RDB storages (PostgreSQL, SQLite) use Optuna's own heartbeats (``heartbeat_interval``/``grace_period``).
-``JournalStorage`` has none (ecosystem.md §1.3), so each running trial of a journal sweep touches a file
-``<journal>.heartbeats/<study>.<trial number>`` every interval; a trial whose file is older than the grace
-period (measured against a file the reaper touches itself, so host clocks do not matter) is stale. The
-interval (seconds, default 60) is the sweep's (``TuneRequest.heartbeat``); the grace period is 3 of them.
-
-The reaper runs in every worker before it admits a trial: a stale trial gets ``failure_reason`` and
-``interrupted`` (``killed``, so it does not count towards ``--trials``) and becomes FAIL; then every
-interrupted trial without a retry (also one a worker stopped itself: Ctrl-C, a full disk) gets a clone
-queued (``RetryHeartbeatStaleTrialCallback``), which the next worker runs. A configuration whose workers
-were killed ``MAX_RETRY`` times is not retried again (it may be what kills them); Ctrl-C and
-environment failures are never its fault and do not count.
-A hung benchmark keeps its worker beating, so runners bound every launch with their own time-out.
-"""
+RDB storages use Optuna's own heartbeats; ``JournalStorage`` has none (ecosystem.md §1.3), so a journal
+sweep's running trials touch a file each interval and one older than the grace period (3 intervals,
+judged against a file the reaper touches, so host clocks do not matter) is stale. Before each admission
+the reaper fails stale trials and queues a retry of every interrupted one, up to ``MAX_RETRY`` kills per
+configuration. Details: ``docs/internals.md``."""
 from __future__ import annotations
 
 import datetime

@@ -1,20 +1,8 @@
 """The Optuna internals cluster/ relies on, in one place: Optuna has no public API for these.
 
-Tested with Optuna 5.0 (pyproject.toml pins ``optuna>=5.0,<5.1``); a new Optuna release must pass
-tests/cluster before the pin moves.
-
-* Writing to a trial another process is running (the reaper fails a dead worker's trial, records why,
-  and completes its parameters): ``Study`` and ``Trial`` only write to trials this process holds, and
-  ``Study.tell`` would run this worker's sampler hooks (BruteForce calls ``Study.stop``, which raises
-  outside ``optimize``). So these go to the study's storage (``BaseStorage``'s public methods) by trial id.
-* Which RDB trials' heartbeats are stale: ``optuna.storages.fail_stale_trials`` fails them, but the reaper
-  must record a reason before a trial is finished, and finished trials take no user attributes.
-* Whether the sampler stopped the study (BruteForce, once the space is exhausted): ``Study.stop`` sets a
-  flag that only ``optimize`` reads.
-* Restarting a sampler's random stream at a given seed (a trial's own, so a restarted sweep samples what
-  an uninterrupted one would): ``reseed_rng`` draws a random seed; the samplers keep theirs in ``_rng``
-  (TPE also in its start-up ``_random_sampler``).
-"""
+Tested with the Optuna that pyproject.toml pins; a new release must pass tests/cluster before the pin
+moves. Each function says which internal it reads or writes and why the public API cannot
+(the list: ``docs/internals.md``)."""
 from __future__ import annotations
 
 import optuna

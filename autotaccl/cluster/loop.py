@@ -1,22 +1,9 @@
 """The worker loop: exactly ``config.trials`` counted trials across every worker of a study, none run twice.
 
-Each trial is admitted under the study's lock (``locks``): reap dead workers' trials and queue the
-retries of interrupted ones, count the finished and running ones, and only if that is below the target,
-ask for a trial (Optuna pops a queued seed or retry first) and sample its parameters; the lock is
-released once the parameters are stored, so synthesis and measurement run in parallel while admissions,
-queue pops and samplers' views stay serial. This is exact on every backend (also SQLite, whose queue pop
-races without it, ecosystem.md §1.3). A worker with nothing to admit waits while other workers' trials
-run, in case one dies and its retry needs a worker; it exits when the study has its trials.
-
-Interruptions never cost a configuration. A Ctrl-C from the moment Optuna creates a trial waits until
-its worker and parameters are all stored (a few milliseconds), so an interrupted trial always has them
-(one that landed before the parameters left a failed trial that counted, with none). A trial stopped by
-Ctrl-C or by an environment failure (``errors.environment_problem``: a full disk, an I/O error) is marked
-``interrupted`` (not counted), gets a FAILED MLflow run naming why, and a retry with its parameters is
-queued at the next admission, here or in the next sweep. With a seed, a trial's sampler draws from a
-stream of its own (the seed and the number of uninterrupted trials before it), so a restarted sweep
-samples what an uninterrupted one would.
-"""
+Each trial is admitted under the study's lock (reap, count, ask, sample), so admissions are serial and
+exact on every backend, while synthesis and measurement run in parallel. Interruptions (Ctrl-C, a full
+disk) never cost a configuration: the trial is marked ``interrupted``, not counted, and retried with its
+parameters. How admission and interruption work: ``docs/internals.md``."""
 from __future__ import annotations
 
 import logging

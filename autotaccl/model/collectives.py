@@ -1,17 +1,9 @@
 """What each collective must achieve, in chunks: who starts with what, who must end with what.
 
-Chunk numbering (``k`` = chunk-up factor, ``R`` = ranks):
-
-* AllGather: ``R*k`` chunks; chunk ``c`` starts on rank ``c // k`` and must reach every rank.
-* ReduceScatter: ``R*k`` output slots; every rank contributes to every slot, and slot ``c`` must end,
-  fully reduced, on rank ``c // k``.
-* AllReduce: ``R*k`` slots; every rank contributes to and must end with every slot.
-* AllToAll: ``R*R*k`` chunks; chunk ``(s*R + d)*k + i`` goes from rank ``s`` to rank ``d``.
-* Broadcast: ``k`` chunks from ``root`` to every rank.
-
-Sizes follow nccl-tests (``msccl-xml-and-nccl-tests.md`` §5.4): the size ``S`` of an AllGather is the
-whole output, of a ReduceScatter the whole input, of an AllReduce/AllToAll/Broadcast one rank's buffer.
-"""
+With chunk-up ``k`` and ``R`` ranks: AllGather, ReduceScatter and AllReduce have ``R*k`` chunks (chunk
+``c`` belongs to rank ``c // k``), AllToAll ``R*R*k`` (chunk ``(s*R + d)*k + i`` goes from ``s`` to
+``d``), Broadcast ``k`` from the root. Sizes follow nccl-tests (``msccl-xml-and-nccl-tests.md`` §5.4):
+an AllGather's is its output, a ReduceScatter's its input, the others' one rank's buffer."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,21 +1,11 @@
 """What a runtime protocol costs, and what stock NCCL does on a machine: the profile's ``gpu``, ``protocols``
 and ``nccl`` sections (schema and sources in ``hardware/README.md``).
 
-NCCL moves data with one of three protocols (``src/device/prims_*.h``):
-
-* **LL** stores 8-byte lines of 4 data bytes and a 4-byte flag, so the receiver polls memory instead of
-  waiting for a fence: the lowest latency, half of every link's bytes are flags.
-* **LL128** stores 128-byte lines of which 120 bytes are data (one 8-byte flag word per line).
-* **Simple** moves plain buffers and synchronises with fences and flags per step: the most per-step
-  latency, all bytes are data.
-
-Every protocol has five terms (:class:`Protocol`). The defaults are NCCL's own cost model,
-``src/graph/tuning.cc`` (``ncclTunerConstantsDefaults``), per GPU generation: ``launch_us`` is its
-ring base latency, ``hop_us``/``net_hop_us`` its per-step NVLink/network latency minus that of LL (a
-link's own ``alpha_us`` already carries the wire), ``efficiency`` the payload share of a line, and
-``channel_GBps`` its per-channel bandwidth ceiling (``perChMaxTreeBws`` for Simple,
-``perChMaxRingLL128Bws`` for LL128, ``llMaxBws`` over 24 channels for LL).
-"""
+NCCL's three protocols (``src/device/prims_*.h``): LL (8-byte lines, half flags, the lowest latency),
+LL128 (120 data bytes per 128-byte line) and Simple (plain buffers, fences per step). Each
+:class:`Protocol` has five terms whose defaults are NCCL's cost model, ``src/graph/tuning.cc``
+(``ncclTunerConstantsDefaults``) per GPU generation; which constant gives which term:
+``docs/internals.md``."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -142,8 +132,8 @@ def ll_scale(gpu: str, cpu: str, nodes: int) -> float:
     (``channel_GBps``).
 
     Across nodes an LL line crosses the NIC through the host's proxy, and tuning.cc caps LL by the CPU
-    vendor and node count instead of the GPU (``llMaxBws``: Intel 39.0 / 20.4, AMD 22.5 / 19.0 GB/s on
-    2 / 4+ nodes, against e.g. Ampere's 87.7 on one node). The cap is the network path's: NCCL applies it
+    vendor and node count instead of the GPU (``llMaxBws``' CPU rows for 2 and 4+ nodes, :data:`_LL_MAX_NET`,
+    well below a GPU's one-node row). The cap is the network path's: NCCL applies it
     to a whole algorithm because every one of its multi-node channels crosses the network, but a
     thread block that moves LL lines over NVLink inside a node of the same job goes no slower than on one
     node, so :func:`across_nodes` scales the network ceiling only."""

@@ -1,21 +1,9 @@
 """``nodes`` copies of a hardware profile as one directed graph: the only model of the machine.
 
-Vertices of the returned graph are GPU ranks ``0..R-1`` (node ``k`` owns ``k*G .. k*G+G-1``). An edge
-``u -> v`` exists where ``u`` can send to ``v`` directly and carries:
-
-* ``alpha_us``: the latency of one transfer on it,
-* ``bandwidth_GBps``: its rate when nothing else uses what it uses,
-* ``resources``: the arcs of the capacity graph it occupies (an NVLink bundle, a switch out-port
-  and in-port, a GPU-to-NIC hop, a NIC's egress and ingress),
-* ``kind``: ``nvlink``, ``switch`` or ``net``.
-
-``graph.graph["capacity"]`` is the capacity graph: GPUs plus switch, NIC and network vertices, every
-arc with ``capacity`` (GB/s, line rate), ``alpha_us``, its ``link_class`` and that class's ``efficiency``. The simulator treats each arc as a resource; the bounds
-run max-flow over it. Nothing else has a private notion of a link.
-
-Between nodes the network is one non-blocking switch (``net``), or, for a profile with a rail
-``network``, per-rail leaf switches joined by a spine (see :func:`_rail_ports`).
-"""
+Vertices are GPU ranks (node ``k`` owns ``k*G .. k*G+G-1``); an edge ``u -> v`` where ``u`` sends to
+``v`` directly carries ``alpha_us``, ``bandwidth_GBps``, ``kind`` and the capacity-graph arcs it
+occupies (``resources``). ``graph.graph["capacity"]`` is the capacity graph (GPUs, switches, NICs, the
+network) that the simulator and the bounds share. The attributes one by one: ``docs/internals.md``."""
 from __future__ import annotations
 
 import hashlib

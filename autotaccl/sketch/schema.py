@@ -1,21 +1,9 @@
 """Communication sketches: TACCL's sketch files, read unchanged, validated, keyed and written back.
 
-A sketch (``taccl.md`` §2) narrows what synthesis may do on a physical topology: which intra-node
-links (all, or only those inside declared switches), which inter-node sender→receiver pairs, which
-GPU may carry whose chunks off its node, a symmetry hint and a chunk-up factor.
-
-Files are TACCL's JSON, byte for byte, or the same content as YAML. autotaccl's own knobs live in an
-optional top-level ``autotaccl:`` section that TACCL would not read::
-
-    autotaccl:
-      engine: greedy          # milp | greedy (the CLI's --engine wins when given)
-      ordering: auto          # stage-2 heuristic: auto | backward | longest-first | own-node-first |
-                              #   own-node-earliest | earliest-first (or TACCL's numbers 5, 10, 13, 14, 15)
-      contiguity: true        # stage 3 may batch consecutive chunks on a network link into one send
-      batch_window: 6         # at most this many consecutive chunks in one batch (TACCL's max_contig)
-
-``hyperparameters.heuristic`` is accepted and ignored, as TACCL does.
-"""
+A sketch (``taccl.md`` §2) narrows what synthesis may do: which links, which inter-node sender and
+receiver pairs, a symmetry hint and a chunk-up factor. Files are TACCL's JSON byte for byte, or the same
+as YAML; autotaccl's own knobs (engine, ordering, contiguity, batch_window) sit in an optional top-level
+``autotaccl:`` section that TACCL does not read (an example: ``docs/internals.md``)."""
 from __future__ import annotations
 
 import hashlib

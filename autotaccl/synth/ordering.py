@@ -1,19 +1,10 @@
 """Stage 2: a total order of the routed transfers on every shared resource (taccl.md §5).
 
-Every heuristic is a list schedule over the routing's transfers ("segments" ``(chunk, src, dst)``): a
-segment may start once its chunk has arrived at ``src`` and every capacity-graph arc its link holds is
-free; it holds them for ``lt.cost_us(src, dst)``. Heuristics differ only in which ready segment goes
-first (sort keys of taccl.md §5.3, ties broken by rotation and rank as in the reference):
-
-* forward family: 10 ``longest-first``, 13 ``own-node-first``, 14 ``own-node-earliest``,
-  15 ``earliest-first``;
-* 5 ``backward``: the same list schedule run from the leaves back to the sources, then mirrored;
-* 12 / 18 (combine): like 10 but keyed on the summed (12) or branch (18) remaining work, and the
-  branches of one chunk out of one rank are serialised (they become reductions into one buffer).
-
-Unlike the reference, stage-1 times are not the primary sort key: they come from a model without
-link serialisation and are mostly ties. The list schedule's times are returned and seed stage 3.
-"""
+Every heuristic is a list schedule over the routed segments ``(chunk, src, dst)``; they differ only in
+which ready segment goes first (taccl.md §5.3's keys: 10 ``longest-first``, 13 ``own-node-first``,
+14 ``own-node-earliest``, 15 ``earliest-first``, 5 ``backward``, 12 / 18 for combine). Unlike the
+reference, stage-1 times are not the primary key (they are mostly ties). The list schedule's times seed
+stage 3."""
 from __future__ import annotations
 
 import logging

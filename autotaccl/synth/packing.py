@@ -1,31 +1,10 @@
 """Throughput-optimal spanning out-trees for AllGather (ForestColl's idea, ``peers-and-bounds.md`` §1.5).
 
-For every root GPU, a set of spanning out-trees over the rank graph's links whose weights sum to one
-(the root's share of the buffer), such that every capacity-graph arc carries at most ``ratio *
-capacity``: each tree edge ``u -> v`` loads every arc of the link's ``resources`` (an NVSwitch
-out-port and in-port, a NIC hop) by the tree's weight. ``ratio`` is the time per unit of a rank's
-data, so the packing that minimises it meets the AllGather bound ``x*`` (:func:`autotaccl.bounds.gather_ratio`).
-
-Switches are not vertices of the trees: a tree edge through a switch is the rank-graph link that
-crosses it, which is the edge a split-off switch (Lovász / Bang-Jensen) would leave behind. The rank
-graph already holds every such link (every pair of GPUs on one switch, every pair of NICs across the
-network), so the best packing over links is as good as one over the split graph, and it lowers to
-the IR as it is: one transfer per tree edge, on the arcs the simulator charges. No multicast is
-assumed anywhere, which is what the simulator (and the runtime) provides.
-
-The packing is a linear program over trees, solved by column generation: the restricted LP
-(weights, the ratio) on HiGHS, its arc duals as prices, and per root the cheapest spanning
-arborescence under those prices (Edmonds) as the next column, until no tree prices below its root's
-dual. Where the links are the same on every node (the usual case), only the first node's roots are
-solved and every tree stands for its translates to the other nodes (the LP is symmetric, so its
-optimum is).
-
-The optimum is far from unique, and the simulator (like a runtime) prefers some optima: shallow
-trees (a piece's pipeline fill grows with its tree's depth) and load spread over many links (each
-link is a connection of its own, which one thread block per channel moves). So the pricing adds a
-tie-break cost per edge growing with its tail's hops from the root, and the LP minimises the
-busiest link's load second, at a weight far below the ratio's.
-"""
+Per root, weighted spanning out-trees over the rank graph's links whose load on every capacity-graph arc
+stays within ``ratio * capacity``; the packing that minimises ``ratio`` meets the AllGather bound
+(:func:`autotaccl.bounds.gather_ratio`). Solved by column generation: the restricted LP on HiGHS, and
+Edmonds' cheapest arborescence under its duals as the next column. Why links stand in for switches, and
+the tie-breaks among optima: ``docs/internals.md``."""
 from __future__ import annotations
 
 import logging

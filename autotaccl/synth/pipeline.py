@@ -1,18 +1,10 @@
 """``synthesize``: sketch + topology + collective -> a verified Algorithm, by one of two engines.
 
-* ``greedy``: :mod:`autotaccl.synth.greedy` (seconds, any size).
-* ``milp``: TACCL's stages, routing MILP -> ordering heuristic -> scheduling MILP (and combine for
-  ReduceScatter/AllReduce), the routing MILP warm-started from the greedy schedule's routing. The
-  MILP's algorithm and the greedy one are both simulated at ``options.size`` and the faster is
-  returned (stage ``select`` says which; status ``heuristic`` when greedy won), so the MILP engine is
-  never slower than the greedy one at the target size. When a model would be too big for the solver,
-  or the solver stops without any solution, the greedy schedule is returned, with status ``fallback``.
-
-The bound ends the search (:mod:`.stopping`, ``options.bound_gap``): the MILP is not run when the greedy
-schedule is already within the gap of the best time any algorithm can reach (status ``skipped: greedy
-at 99.9% of the bound``), and each MILP stage stops once its incumbent is within the gap of the bound
-(stage status ``at_bound``). ``milp_problem`` says, before any trial, when the routing model cannot be built.
-"""
+``greedy`` (:mod:`autotaccl.synth.greedy`: seconds, any size) or ``milp`` (TACCL's stages: routing MILP,
+ordering heuristic, scheduling MILP, combine for reductions; warm-started from greedy). The MILP engine
+returns the faster of its algorithm and greedy's at ``options.size`` (status ``heuristic`` when greedy
+won, ``fallback`` when the model is too big or the solver finds nothing), and is skipped, or stops a
+stage, once within ``options.bound_gap`` of the bound (:mod:`.stopping`)."""
 from __future__ import annotations
 
 import logging

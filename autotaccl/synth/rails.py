@@ -1,39 +1,11 @@
 """Rail trees: one spanning out-tree per root GPU for fabrics where GPU ``i`` of every node reaches GPU
 ``i`` of the next over the network (a rail), the packing that stays cheap at hundreds of GPUs.
 
-The tree of GPU ``i`` of node ``a`` is a chain along its rail (node ``a`` to ``a + 1`` to ... to
-``a - 1``, GPU ``i`` each time) and, in every node, a tree from GPU ``i`` (the hub) to the node's other
-GPUs. Every NIC sends and receives ``nodes - 1`` units (one per other node's root on its rail), which is
-what the network cut forces on any AllGather, and every root's data crosses each node boundary once. The
-chain is deep, but the runtime pipelines every transfer in slices (the simulator's rounds), so its depth
-costs a few slices; a tree with fewer hops gives each NIC many more peers, so it is built (``shallow``:
-a star from the root across the rail, a binomial tree for reductions) only where a root's data is too
-small to pipeline. On many nodes the rail is two chains from the root, each over half the other nodes
-(half the depth, the same load on every NIC). On one node (a switch domain such as GB200 NVL72) a tree
-is its hub's in-node tree alone.
-
-Variants, each for the case it is built for:
-
-* **spilled** (:func:`_spilled`, chosen by the packing's ratio): where NVLink, not the NIC, is the
-  bottleneck, some of a root's pieces also cross from a node-mate to its rail peer, which then skips that
-  copy over NVLink.
-* **relayed** (:class:`_Relayed`): where a sketch sends a root's data off its node through another GPU
-  (TACCL's relay sketches), the chain leaves through that gateway, and the GPUs where more data enters
-  than elsewhere relay part of it. DGX-2's default sketch maps every GPU to its peer
-  (``sketch.default_sketch``), so there the rails are plain, which beats both relays and the packing LP.
-* **binomial in-node trees** (:func:`_spread_binomial`) for a reduction's reversed trees across nodes:
-  reduces into one buffer go one at a time and a hub's sum leaves only once its whole fan-in is in, so a
-  star's ``gpn - 1`` serial reduces would idle the NICs where a binomial tree's take ``ceil(log2 gpn)``.
-  Otherwise the in-node tree is a star, rotated so that at any moment the GPUs send to different hubs; on
-  one node, where no NIC waits, the pipelined star is better at large sizes, and where a root's data is a
-  single slice the binomial tree hides the fan-in's latency: :func:`~autotaccl.synth.greedy.forest.rails`
-  chooses.
-
-Built in ``O(ranks^2)``, where the column generation of :mod:`autotaccl.synth.packing` takes minutes beyond
-about a hundred GPUs; the rails also simulate faster on large rail fabrics, so the greedy engine tries them
-first. ``benchmarks/synthesis.py`` measures each variant against the others
-(``benchmarks/results/synthesis.md``).
-"""
+A root's tree is a chain along its rail (two half chains on many nodes, a star where a root's data is
+too small to pipeline) plus a tree inside each node from the rail's GPU, so every NIC carries what the
+network cut forces. Variants: spilled (NVLink-bound fabrics), relayed (a sketch's gateways) and binomial
+in-node trees for reductions. Built in ``O(ranks^2)``, so greedy tries them first on large rail fabrics;
+``benchmarks/synthesis.py`` compares the variants. Details: ``docs/internals.md``."""
 from __future__ import annotations
 
 import math
@@ -53,19 +25,13 @@ def rail_trees(graph: nx.DiGraph, links: Sequence[Edge], reverse: bool = False,
                senders: Mapping[int, frozenset[int]] | None = None,
                efficiency: Mapping[str, float] | None = None, binomial: bool = False,
                shallow: bool = False, chains: int = 1, fanned: bool = False) -> Packing:
-    """The rail trees of every rank over ``links`` (arguments as :func:`~autotaccl.synth.packing.pack_trees`);
-    ``binomial``: reversed, reduce through binomial in-node trees (:func:`_spread_binomial`), not stars;
-    ``shallow``: across nodes, not a chain but a star (a binomial tree, reversed) over the rail's GPUs;
-    ``chains``: else that many chains from the root, each over a run of the next nodes (:func:`_chains`);
-    ``fanned``: across nodes not from the root but from every GPU of its node, node ``a + y`` entered on
-    the rail of the root's GPU ``+ y`` (its in-node tree reaches them all first). Reversed, each other node
-    sums its part on a different GPU, and one network hop takes it to that GPU's rail peer in the root's
-    node, where it joins the root's in-node sum: one hop where a binomial tree across ``n`` nodes takes
-    ``ceil(log2 n)``, and (on up to as many nodes as a node has GPUs) no GPU sums more than one part from
-    the network.
+    """The rail trees of every rank over ``links`` (arguments as :func:`~autotaccl.synth.packing.pack_trees`).
 
-    On one node (a switch domain such as GB200 NVL72) a root's tree is its in-node tree alone. Raises
-    ValueError naming what is missing: a link into a node (from the sketch's senders) or an in-node link."""
+    ``binomial``: reversed, reduce through binomial in-node trees, not stars; ``shallow``: across nodes a
+    star (binomial, reversed) instead of a chain; ``chains``: else that many chains from the root;
+    ``fanned``: enter node ``a + y`` on the rail of the root's GPU ``+ y``, so reversed each other node's
+    part crosses in one network hop. On one node a root's tree is its in-node tree alone. Raises
+    ValueError naming a missing link into a node or inside one."""
     gpn, ranks = graph.graph["gpus_per_node"], graph.number_of_nodes()
     nodes = ranks // gpn
     in_node = _spread_binomial(gpn) if reverse and binomial else _star(gpn)

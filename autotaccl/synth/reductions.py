@@ -1,18 +1,9 @@
 """Reduction collectives from AllGathers (taccl.md §7), for both engines (combine's MILP stages, greedy).
 
-An AllGather tree that carries chunk ``c`` from its owner to every rank, run backwards, is a reduction
-tree that gathers every rank's contribution to ``c`` into the owner: each copy ``u -> v`` becomes a
-reduce ``v -> u``, the last copy first (:func:`reverse_gather`). ReduceScatter is that; AllReduce is
-that ReduceScatter followed by the AllGather itself (:func:`sequence`).
-
-Which links the reversed AllGather is planned on differs between the engines, and the two stay apart
-because each engine's schedules (and their tests) depend on it: combine plans on the reversed graph
-with the sketch's links reversed too (:func:`allgather_view`), so every reduce runs along a sketch
-link, with the sender map moved to the ranks that receive from the senders' network links; greedy
-prices each sketch link as its physical reverse (``Planner(reverse=True)``), so its reduces run
-against the sketch's links and enter a chunk's node through its senders, as ``sketch_baselines`` and
-the reduction's logical topology (whose sender map is the AllGather's) read a sketch.
-"""
+An AllGather tree run backwards is a reduction tree (each copy ``u -> v`` becomes a reduce ``v -> u``,
+the last first: :func:`reverse_gather`); ReduceScatter is that, AllReduce that followed by the AllGather
+(:func:`sequence`). Combine plans on the reversed graph (:func:`allgather_view`), greedy prices each
+sketch link as its physical reverse; they stay apart because each engine's schedules depend on it."""
 from __future__ import annotations
 
 from dataclasses import replace

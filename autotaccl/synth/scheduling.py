@@ -1,19 +1,10 @@
 """Stage 3: exact send times and network batching for a fixed routing and order (taccl.md §6, fixed).
 
-Given the routing's transfers and stage 2's order on every capacity arc, the MILP chooses start
-times ``t_s`` so that
-
-* a transfer starts after its chunk arrived (the parent transfer ended);
-* consecutive transfers on each arc do not overlap (a chain of consecutive pairs, not all pairs);
-* on links of a batching kind (default: network links), consecutive chunks may form one transfer of
-  at most ``batch_window`` chunks costing ``alpha + k * beta``. Unlike the reference, batched chunks
-  really share one start time and one end time (the reference never emits that coupling);
-* the makespan ``T`` bounds every end.
-
-The list schedule of stage 2 is the MIP start and also an upper bound ``H`` for every time variable,
-which keeps the indicator (big-M) rows tight. The result is an :class:`~autotaccl.model.algorithm.Algorithm`
-in start-time order with ``start_us`` set.
-"""
+The MILP chooses start times after each chunk's arrival, without overlap on each arc's chain of
+transfers, batching up to ``batch_window`` consecutive chunks on network links into one transfer (which,
+unlike the reference, really share one start and end), minimising the makespan. Stage 2's list schedule
+is the MIP start and the big-M bound. Returns an :class:`~autotaccl.model.algorithm.Algorithm` with
+``start_us`` set."""
 from __future__ import annotations
 
 import logging

@@ -31,6 +31,6 @@ def stop_at_bound(solver: SolverOptions, graph: nx.DiGraph, collective: str, siz
 
 def skip_reason(greedy: Algorithm, graph: nx.DiGraph, size: int, gap: float, protocol: str | None = None,
                 instances: int = 1) -> str | None:
-    """Why the MILP need not run (``skipped: greedy at 99.9% of the bound``), or None when it may help."""
+    """Why the MILP need not run (``skipped: greedy at <share> of the bound``), or None when it may help."""
     share = share_of_bound(greedy, graph, size, protocol, instances, switch=False)
     return f"skipped: greedy at {100 * share:.1f}% of the bound" if share >= 1 - gap else None

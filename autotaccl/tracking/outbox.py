@@ -1,17 +1,9 @@
 """MLflow logging that outlives an unreachable tracking server.
 
-``log_run`` tries ``tracking.log_run`` a few times with back-off. If the server still does not answer,
-the run is appended to ``OUT/mlflow-pending/<host>-<pid>.jsonl`` (one JSON object per run, artifacts
-inline) and a warning says so; the sweep goes on. ``replay`` (called by ``autotaccl tune`` at start and
-end, by each worker when it exits, and by ``autotaccl export --replay OUT``) logs pending runs and removes
-them from the file (an emptied file is removed). Every attempt tags its run with a record key, and runs
-already holding that key (a run half-written when the server went away, or the run of an earlier attempt)
-are deleted before it is logged again: a record becomes exactly one run. A sweep's child run is keyed by its parent and its name,
-so logging it again (a trial's run after a kill, a baseline after an interrupted setup) replaces it.
-
-An append is whole or nothing: a write cut short (a full disk) is cut back off the file before the error
-is raised. A damaged line (a machine that died mid-write) is skipped with a warning when replaying.
-"""
+``log_run`` retries with back-off, then appends the run to ``OUT/mlflow-pending/<host>-<pid>.jsonl`` and
+warns; ``replay`` (``tune`` at start and end, each worker on exit, ``export --replay``) logs pending runs
+and removes them. Each record is keyed, so logging it again replaces a half-written run: a record
+becomes exactly one run. An append is whole or nothing; a damaged line is skipped with a warning."""
 from __future__ import annotations
 
 import base64

@@ -1,23 +1,11 @@
 """Export the per-size winners of tracked sweeps: for every collective and band, the files that serve it in
 each runtime, and a table saying which.
 
-Layout of the output directory::
-
-    msccl/<band>.xml              msccl-executor-nccl (``MSCCL_ALGO_DIR``): inclusive maxBytes, 0 = no limit
-    msccl-legacy/<band>.xml       microsoft/msccl (``MSCCL_XML_FILES``): exclusive maxBytes, capped at 1 GiB
-    mscclpp/<band>.<mode>.plan.json   MSCCL++ execution plans, out-of-place and in-place
-    nccl/nccl_tuner.conf          NCCL's example tuner plugin: stock NCCL's choice for every band
-    table.md, table.csv, table.json, README.md
-
-For each experiment (one target and collective) the candidates are its verified runs: completed trials
-and the baselines, measured by the same runner; a trial only if its Optuna trial is COMPLETE (joined by
-the sweep's study and the trial number: after a kill MLflow may disagree with Optuna). At every size :func:`autotaccl.tuning.winners.pick` names
-the winner (the rule the tune summary and the report use too). Adjacent sizes with the same winner form
-one band, inclusive ``[min_bytes, max_bytes]``: the first from 0, each up to the next one's first size - 1,
-the last open-ended. A synthesized winner is re-verified and lowered to every runtime's file, each
-checked by its own checker; if the XML or the out-of-place plan fails, that run is dropped and the winners
-are recomputed. Everything is written to a temporary directory that replaces the output directory at the end.
-"""
+Candidates are an experiment's verified runs (complete trials and baselines); :func:`autotaccl.tuning.winners.pick`
+names each size's winner and adjacent sizes with one winner form a band. Winners are lowered to every
+runtime's file and checked (one whose XML or out-of-place plan fails is dropped and the winners picked
+again); the whole is written to a temporary directory that replaces the output at the
+end. The layout written and how to load it: ``docs/runtimes.md``."""
 from __future__ import annotations
 
 import html

@@ -1,17 +1,10 @@
 """A sweep's MLflow records, made to agree with its Optuna study on every start.
 
-An interruption can leave MLflow anywhere: a parent run the study does not know, a baseline half
-logged (RUNNING) or missing, a trial's run RUNNING forever, a trial with both a FINISHED and a FAILED
-run, a FINISHED verified run of a trial Optuna failed. Each function here looks at what is there and
-does only what is missing, so running it again changes nothing:
-
-* ``sweep_run``: the sweep's parent run, found by the study's uid (tag ``autotaccl.study_uid``) or created.
-* ``log_baselines``: every baseline of the reference as one FINISHED run with every sweep size.
-* ``reconcile``: one run per finished trial, in the trial's Optuna state (others deleted; a missing run
-  logged again from the trial's record: a complete trial's in full, from its results and the synthesis
-  cache, so a lost or damaged store is rebuilt run for run), and a journal that lost trials MLflow has
-  runs of refused.
-"""
+An interruption can leave MLflow in any state; each function looks at what is there and does only what is
+missing, so running it again changes nothing: ``sweep_run`` (the parent run, by study uid),
+``log_baselines`` (one FINISHED run per baseline) and ``reconcile`` (one run per finished trial, in its
+Optuna state, rebuilt from the trial's record where lost; a journal that lost trials MLflow has runs
+of is refused)."""
 from __future__ import annotations
 
 import json

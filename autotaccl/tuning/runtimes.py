@@ -1,22 +1,10 @@
 """The runtimes an export serves and their conventions: how a band is named, which bytes each runtime's
 own file selects for it, the NCCL tuner-plugin config, and the command that loads each.
 
-Every band is inclusive ``[min_bytes, max_bytes]`` in our convention (``max_bytes`` None: no upper limit,
-the largest band is open-ended). Each runtime writes it its own way:
-
-* ``msccl`` (msccl-executor-nccl): ``minBytes <= nBytes <= maxBytes``, ``maxBytes="0"`` is no limit.
-* ``msccl-legacy`` (microsoft/msccl): ``maxBytes`` is exclusive, ``0`` means never; the open band is
-  capped at :data:`LEGACY_CAP` (the lowering's 1 GiB), which README.md notes.
-* ``mscclpp``: ``min_message_size <= size <= max_message_size``, 2^64-1 for no limit.
-* ``nccl`` (the example tuner plugin of NVIDIA/nccl ``plugins/tuner/example``): one CSV row per band,
-  ``min <= nBytes <= max``, rows tried in file order and the first that matches (and whose algorithm and
-  protocol NCCL has not marked unavailable) wins; 2^64-1 for no limit (its ``strtoull`` reads it).
-
-The example plugin sets the channel count to 1 before it looks for a row, and keeps that 1 when no row
-matches or the row says ``-1``; NCCL then runs with 1 channel. So the config has a row for every band
-(also those a synthesized algorithm wins, where stock NCCL is the fallback) and always an explicit
-channel count, nccl-model's.
-"""
+Bands are inclusive ``[min_bytes, max_bytes]`` here (``None``: no limit); each runtime writes them its own
+way (msccl's ``maxBytes="0"``, msccl-legacy's exclusive bound capped at :data:`LEGACY_CAP`, mscclpp's and
+NCCL's ``2^64-1``). The NCCL example tuner plugin forces 1 channel where no row matches, so the config
+has a row for every band and an explicit channel count. Conventions in full: ``docs/internals.md``."""
 from __future__ import annotations
 
 from typing import Sequence

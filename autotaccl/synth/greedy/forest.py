@@ -1,24 +1,11 @@
-"""The tree candidates of the greedy engine, pipelined schedules of spanning out-trees that reach the
-bandwidth bound at large sizes on switched fabrics: the optimal packing (:mod:`autotaccl.synth.packing`,
-up to ~150 GPUs) and the rail trees (:mod:`autotaccl.synth.rails`, multi-node, any scale).
+"""The tree candidates of the greedy engine: pipelined schedules of spanning out-trees that reach the
+bandwidth bound at large sizes on switched fabrics, from the optimal packing (:mod:`autotaccl.synth.packing`)
+or the rail trees (:mod:`autotaccl.synth.rails`).
 
-Each root's buffer is cut into a few pieces (at most 4, none below 256 KiB; for the rail trees, one tree
-per root, one piece or a few: :func:`rail_schedules`), handed to its trees in proportion to their weights
-(largest remainder) and interleaved, so every tree sends all the time. Piece ``j`` of every root runs
-down its tree, parents first; the list goes piece by piece, level by level (:func:`lower`). The
-pipelining along a tree is the runtime's: it moves every transfer in slices (the simulator's rounds).
-More pieces multiply the transfers and thread blocks (soon more on a rank than an MSCCL++ plan
-keeps resident) and gain no time, except a reduction's rails
-(:func:`sliced_rails`): where a root's data is one slice, pieces follow each other up its chain of sums;
-across nodes, cut into as many pieces as slices, their list orders every slice.
-A piece is one chunk per channel, moving side by side: as many channels as the busiest link needs to
-carry its load at one thread block's ceiling each. The collective's chunk-up is pieces x channels (a
-multiple of nothing the sketch asked for: the sketch's chunks are cut finer).
-
-ReduceScatter is the AllGather of the reversed packing run backwards, AllReduce that followed by the
-forward AllGather (:mod:`autotaccl.synth.reductions`). The trees use only the sketch's links and leave
-each root's node only through its senders. AllToAll and Broadcast get no candidate here.
-"""
+Each root's buffer is cut into pieces handed to its trees by weight and interleaved, so every tree sends all
+the time (:func:`lower`); ReduceScatter runs the reversed packing backwards, AllReduce adds the forward
+AllGather (:mod:`autotaccl.synth.reductions`). AllToAll and Broadcast get no candidate here. How pieces
+and channels are chosen: ``docs/internals.md``."""
 from __future__ import annotations
 
 import math
@@ -72,19 +59,13 @@ def rails(lt: LogicalTopology) -> Algorithm:
 
 
 def rail_schedules(lt: LogicalTopology) -> Iterator[tuple[str, Algorithm]]:
-    """The schedules of the rail trees (:mod:`autotaccl.synth.rails`), each with its name: "rails" (one tree
-    per root, so one piece), then "spilled rails" (``SPILL_PIECES`` pieces, derived from the same trees, where
-    spilling lowers the packing's ratio), then "rails in pieces" (an AllGather whose root's data is one slice:
-    ``ONE_SLICE_PIECES`` pieces within the transfer budget).
+    """The schedules of the rail trees (:mod:`autotaccl.synth.rails`), each with its name: "rails" (one piece),
+    "spilled rails" (``SPILL_PIECES`` pieces, where spilling lowers the packing's ratio) and "rails in
+    pieces" (an AllGather whose root's data is one slice: ``ONE_SLICE_PIECES`` pieces).
 
-    Where a root's data is one slice of the runtime's pipeline, nothing overlaps the trees' depth, so the
-    rails are shallow (a star across nodes, up to ``MAX_SHALLOW_NODES``) and the reductions go through
-    binomial in-node trees; an AllReduce keeps chains here, since its two shallow halves need more thread
-    blocks than an MSCCL++ plan keeps resident (its fanned rails come in :func:`sliced_rails`). At larger
-    sizes the rails are chains, two of half the depth beyond ``MAX_CHAIN_NODES`` so that their slices fill
-    the pipeline sooner. An AllGather's pieces let a second piece cross the NIC while the first spreads over
-    NVLink; the reductions gain more from pieces on one channel (:func:`sliced_rails`) and keep one here.
-    ``benchmarks/synthesis.py`` measures these choices (``benchmarks/results/synthesis.md``)."""
+    Where a root's data is one slice the rails are shallow (up to ``MAX_SHALLOW_NODES``) with binomial
+    in-node reductions (an AllReduce keeps chains, for the thread-block budget); larger, chains (two
+    beyond ``MAX_CHAIN_NODES``). ``benchmarks/synthesis.py`` measures these choices."""
     halves, packs, one_slice = _rail_packs(lt)
     ranks = lt.collective.ranks
     yield "rails", _schedule(lt, packs, "rails", pieces=1)
@@ -97,18 +78,11 @@ def rail_schedules(lt: LogicalTopology) -> Iterator[tuple[str, Algorithm]]:
 
 def sliced_rails(lt: LogicalTopology) -> Iterator[Algorithm]:
     """A reduction's rail trees in pieces on one channel (the instances fill the links): the most pieces the
-    transfer budget allows, then (a ReduceScatter's beyond one slice) five sixths of them, then half as many
-    and half again down to two, for a runtime that loads fewer transfers.
-    * One slice per root: up to ``ONE_SLICE_REDUCTION_PIECES`` pieces in dependency order, so that they
-      follow each other up the chain of sums; across more than two nodes fanned first (each other node's
-      part of a root's sum crosses once, on its own rail: :func:`~autotaccl.synth.rails.rail_trees`).
-    * Larger, across nodes: up to ``MAX_SLICED_PIECES`` (none below ``MIN_PIECE_BYTES``), listed local first
-      so that each step sums what the NICs send first; a ReduceScatter's tapered from ``TAPER_FROM`` pieces
-      (:func:`piece_sizes`) and fanned up to ``MAX_SHALLOW_NODES`` nodes, an AllReduce's across more than two
-      nodes by dependency depth.
-    * Hundreds of GPUs: a piece per slice within ``MAX_SCALE_TRANSFERS``, listed by the chain still ahead
-      (``order`` "critical"), so that the NICs never wait behind leaf sums needed much later.
+    transfer budget allows, then fewer (five sixths, half, down to two) for a runtime that loads fewer.
 
+    One slice per root: up to ``ONE_SLICE_REDUCTION_PIECES`` pieces in dependency order (fanned across more
+    than two nodes); larger, up to ``MAX_SLICED_PIECES`` listed local first (a ReduceScatter's tapered from
+    ``TAPER_FROM``); hundreds of GPUs: a piece per slice within ``MAX_SCALE_TRANSFERS``, critical chain first.
     Where each wins: ``benchmarks/synthesis.py``. Raises NotApplicable for an AllGather, beyond one slice
     on one node, and for fewer than two pieces."""
     halves, coll = _halves(lt), lt.collective
@@ -309,20 +283,13 @@ def piece_sizes(pieces: int, tapered: bool = False) -> tuple[int, ...]:
 
 def lower(trees: tuple[Tree, ...], ranks: int, sizes: tuple[int, ...], nchannels: int,
           gpn: int | None = None) -> list[Transfer]:
-    """Copies of every piece down its tree; a root's data is ``sum(sizes)`` units, piece ``j`` of it the
-    next ``sizes[j]`` of them, each unit ``nchannels`` chunks moving side by side, one per channel (chunk
-    ``(r * sum(sizes) + u) * nchannels + c``: part ``c`` of unit ``u`` of root ``r``; one transfer moves a
-    piece's units on its channel, contiguous on one channel). A root's trees take whole pieces
-    (:func:`interleave`), spread evenly over the list, so in tapered pieces too each tree's share of the
-    bytes stays near its weight.
+    """Copies of every piece down its tree; a root's data is ``sum(sizes)`` units, piece ``j`` the next
+    ``sizes[j]`` of them, each unit ``nchannels`` chunks side by side (chunk ``(r * sum(sizes) + u) *
+    nchannels + c``). A root's trees take whole pieces (:func:`interleave`).
 
-    The list (the runtime's priority) goes piece by piece, and within a piece level by level: every root's
-    first hops, then their second, and so on. Run backwards, every root's reduction then climbs its tree
-    alongside the others' instead of queueing behind them, as it would root by root.
-
-    With ``gpn`` (the GPUs per node), local first: every piece's copies within the root's own node come
-    before all the rest, which then go piece by piece as above; run backwards, they come last (within
-    each step, once :func:`~.schedule.assign_steps` orders the list by dependency depth)."""
+    The list goes piece by piece and, within a piece, level by level, so run backwards every root's
+    reduction climbs its tree alongside the others'. With ``gpn`` (GPUs per node), each piece's copies
+    inside the root's node come first (run backwards: last)."""
     by_root: dict[int, list[Tree]] = {}
     for t in trees:
         by_root.setdefault(t.root, []).append(t)

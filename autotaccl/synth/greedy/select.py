@@ -21,7 +21,7 @@ from .timeline import EPS
 
 log = logging.getLogger(__name__)
 
-START_ORDER_HANDICAP = 0.02   # prefer the dependency-depth order (far fewer steps) unless start order is 2% faster
+START_ORDER_HANDICAP = 0.02   # prefer the dependency-depth order (far fewer steps) unless start order is this share faster
 
 
 def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | None = None,
@@ -30,22 +30,12 @@ def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | 
     """The best of the greedy variants at ``size`` bytes run with ``protocol`` (default Simple) and
     ``instances``, judged by the simulator (verified).
 
-    ``batching`` (the sketch's contiguity) lets a routed transfer carry several chunks, at most ``window``
-    (default: no cap; a cap such as TACCL's window of 6 slows small AllToAlls down). The blocks of the
-    structured strategies are never capped. Every strategy is tried (with and without batching, when it
-    routes; on big configurations with trees, only those that do not route: :func:`candidates`), each
-    schedule in two list orders, then the rail trees and the optimal tree packing (:mod:`.forest`, for
-    AllGather and its reductions; first on big configurations), then every baseline
-    the sketch admits, so the engine never returns something slower than one of them. ``gap``: stop
-    looking once a candidate is within that share of the attainable bound of copies between GPUs (every
-    candidate after the switch schedules only copies, so nothing later can beat it by more).
-    ``admit``: why the runtime cannot load a candidate (None: it can); only one it loads is chosen.
-    ``switch``: the runtime runs switch operations, so the switch schedules (:mod:`.switch`) come first
-    where the profile's switch reduces and the protocol is Simple. The gap stays that of the bound of
-    copies: once they are all taken only copy candidates follow, which cannot beat that bound (the
-    bound with in-switch reduction is looser across nodes and would never stop the search).
-    """
-    through = switch and canonical_protocol(protocol or SWITCH_PROTOCOL) == SWITCH_PROTOCOL
+    Tries every strategy (:func:`candidates`; with and without ``batching``, at most ``window`` chunks a
+    transfer), each in two list orders, then the tree candidates (:mod:`.forest`) and every baseline the
+    sketch admits, so it is never slower than one of them. ``gap``: stop once a candidate is within that
+    share of the attainable bound of copies. ``admit``: why the runtime cannot load a candidate (None: it
+    can). ``switch``: the runtime runs switch operations, so the switch schedules (:mod:`.switch`) come
+    first where the profile's switch reduces and the protocol is Simple."""
     enough = attainable_us(lt.graph, lt.collective.name, size, protocol, switch=False) / (1 - gap) if gap else 0.0
     lead, timings = [], []
     if through:     # every switch schedule (the gap of copies does not stop among them), the best leads

@@ -1,17 +1,8 @@
 """Where every value lives: input ``i``, output ``o`` or scratch ``s`` slots, in program order.
 
-A rank's value of a chunk starts in its input slot (``collectives.input_index``). The first time the
-rank stores a value of that chunk it goes to the chunk's *home*: its output slot if the rank must
-output the chunk, else a scratch slot (a relay, or a partial sum on the way). Scratch slots are planned
-so that chunks a rank later sends together are contiguous. Chunks a rank must output but never
-receives (its own AllGather block, its AllToAll self-chunk) are copied input -> output at the end.
-
-With in-place calls enabled, input and output alias (§1.6, :func:`autotaccl.model.buffers.inplace_layout`);
-a store that would overwrite another chunk's still-needed input value (AllToAll) first moves that value
-to scratch (an evacuation copy), so every receive lands in its chunk's home and runs of chunks stay
-contiguous for multi-chunk steps. (The mpi runner, ``runners/program.py``, redirects such a receive to
-scratch instead: it moves one transfer per operation and needs no contiguity.)
-"""
+A chunk's first stored value goes to its *home* (its output slot if the rank outputs it, else scratch,
+planned so that chunks sent together are contiguous); in place, a store that would overwrite a
+still-needed input first moves it to scratch. Details: ``docs/internals.md``."""
 from __future__ import annotations
 
 from collections import defaultdict

@@ -1,21 +1,10 @@
 """Thread blocks and fusion: which thread block sends or receives each transfer, and which receive is
 fused with the send that forwards it (``rcs``, ``rrs``, ``rrcs``).
 
-A thread block has one send peer and one receive peer on one channel, and a rank has at most one per
-(peer, channel, direction). On each (rank, channel) the receive peer ``p`` is paired with the send peer
-``q`` that forwards most of what arrives from ``p`` (a ring gets one ``send=r+1 recv=r-1`` block);
-unpaired peers get a block of their own, and so do the peers of a pair whose order fuses nothing (its
-block would hold every receive behind the sends before it and back, where two blocks overlap them),
-unless the runtime has too few blocks for that (``Blocks.split_idle``). A receive is fused with the next
-step of its thread block when that step sends exactly the chunks just received and nothing touched them
-in between; with ``Blocks.across``, also with such a send further on, where no other send of the block
-comes between the two: the fused step then sends ahead of the block's receives in between (other chunks,
-from its one receive peer), so every connection keeps its order. A ring fuses step by step either way; a
-rank that receives many roots' pieces in one step and forwards them in the next fuses them only across
-(DGX-H100 x8 ReduceScatter at 1 GiB, fanned rails in 16 pieces under x2: 3289 XML nodes on the busiest
-rank, more than 4153 without). Across, a fused step's wait for its other operands can close a cycle with
-a receive it jumped (a reduction in binomial trees), which the replay finds as a deadlock.
-"""
+A thread block has one send and one receive peer on one channel; each receive peer is paired with the send
+peer that forwards most of what it sends (a ring gets one block), and a receive is fused with the send of
+exactly what it received (``Blocks.across``: also with a later send of the block). The pairing and fusion
+rules: ``docs/internals.md``."""
 from __future__ import annotations
 
 import bisect

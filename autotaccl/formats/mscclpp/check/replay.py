@@ -1,45 +1,12 @@
-"""Replay an MSCCL++ plan the way the executor's kernel runs it, several calls back to back.
+"""Replay an MSCCL++ plan the way the executor's kernel (``execution_kernel.hpp``) runs it, several calls
+back to back.
 
-The model (``execution_kernel.hpp``):
-
-* Every thread block runs concurrently with every other, and its threads split each operation between
-  them, so the operations between two ``nop``s (``__syncthreads``) of one block are concurrent too. A
-  block's *segment* is its run of operations between nops.
-* Memory is cells: a chunk is ``U`` units (``U`` = the least common multiple of the thread-block-group
-  sizes, so every group's share is whole units); values are labels ``(0, call, rank, unit)`` of input
-  units (reductions: multisets of them) or ``(1, rank, buffer, unit)`` for memory nobody wrote. In-place
-  calls alias input and output as the executor test allocates them; LL packets sit in scratch at twice
-  the data offset, a value and a flag (the call number) per unit.
-* Order between blocks and ranks comes only from: ``signal`` -> ``wait`` on paired channels (the k-th
-  wait returns after the k-th signal, across calls, as the semaphores persist), ``sem_release`` ->
-  ``sem_acquire``, ``barrier``, and an LL packet read, which waits for its flag. A signal publishes what
-  its block did before its segment (not the operations beside it); a wait's knowledge reaches the
-  block's other threads at its next nop. ``rlxsignal``/``rlxwait`` carry no memory order: only that the
-  signalling rank has started the call (so it finished its previous one).
-* A port-channel ``put`` is carried out by the proxy: the data is read and written on the proxy's own
-  timeline, ordered before a later signal on that channel (``pws`` included) and before the end of a
-  ``pwsf`` (a flush). ``flush`` flushes as many channels as it has ``dst_buff`` entries (usually none).
-* Between two calls of a rank its host reads the outputs and writes new inputs; a call starts after the
-  rank's previous call ended (stream order).
-* Addresses as the executor computes them (``Executor::execute``, ``setupOperation``, ``handlePut``):
-  each rank's input and output are registered from the start of their CUDA allocations, and the
-  buffers' offsets inside them are the plan's const offsets. A local reference reads or writes through
-  the buffer's real pointer; a port-channel put's source is the registered memory at the plan's index,
-  no const offset added; a peer's buffer (``buffer_id``) is the peer's registered memory at the index
-  plus the *referring* rank's const offset of that buffer type. ``offsets`` places the buffers away from
-  their allocations' start (in place, the pair's common buffer); an address outside every buffer is an
-  error.
-
-Vector clocks over all blocks, proxies and hosts flag every pair of conflicting accesses to a cell that
-no happens-before chain orders (a race), whatever the interleaving; the matching of waits to signals is
-fixed, so one deterministic interleaving decides values and deadlocks. At every call's end each output
-must hold exactly the collective's result.
-
-Where the model is coarser than the hardware: one proxy timeline per (block, port channel), so requests a
-block pushes are taken in its program order; a packet's reader learns what its writer's operation read
-(the same threads wrote the packets from it), and also what earlier packet-writing operations of that
-segment read; a barrier, as the executor's device syncer, joins the first ``num_threadblocks`` arrivals.
-"""
+Thread blocks run concurrently; memory is cells holding labels of input units; order comes only from
+signal/wait, semaphores, barriers and LL flags, and port-channel puts run on a proxy's timeline. Vector
+clocks flag every unordered pair of conflicting accesses (a race) whatever the interleaving; one
+deterministic interleaving decides values and deadlocks, and every call's outputs must hold the
+collective's result. The model rule by rule, and where it is coarser than the hardware:
+``docs/internals.md``."""
 from __future__ import annotations
 
 import math

@@ -1,27 +1,11 @@
 """Thread blocks and their order: every transfer's send and receive as items of per-flow thread blocks,
 with the nops and semaphores that order them.
 
-A *flow* is the transfers from one rank to another on one link of one instance (and, when a flow is too
-long for one block, one part of it). Each flow has a block on the sender (puts and signals) and one on the
-receiver (waits, then reduces or unpacks), except that a rank's receive flow shares one block with the send
-flow it forwards most into (a ring step: wait, reduce, put, signal); final copies go to local blocks.
-Every block runs its items in
-the IR's program order, and every ordering need points from an earlier item to a later one, so no
-schedule deadlocks:
-
-* within a rank, two items touching one cell (read/write, write/read, write/write, in-place aliasing
-  included) are ordered by a ``nop`` between them in one block, or across blocks by a semaphore the
-  earlier block releases right after its item (behind a nop) and the later acquires (before a nop);
-* across ranks, a put is followed by a signal (after a nop; ``pws`` on port channels) and the receiver
-  waits before it touches the data;
-* a receiver's block first ``rlxsignal``s its flow and the sender ``rlxwait``s before its first put, so no
-  put of a call lands before the receiver finished its previous call;
-* a port-channel put whose source is written again later in the call, and the last put of each port
-  flow, flush (``pwsf``): the proxy reads the source asynchronously, and the kernel's ``flush`` operation
-  flushes nothing (it takes its channel count from ``dst_buff``);
-* a staged port put (see ``layout.staged``) copies its source into scratch in the sender's block first,
-  chunk by chunk (the copy of the next chunk runs while the proxy sends the last), and signals once.
-"""
+A *flow* is the transfers from one rank to another on one link of one instance; it gets a block on the
+sender and one on the receiver (a receive flow shares the block of the send flow it forwards most into).
+Blocks run their items in the IR's program order and every ordering need points forward, so no schedule
+deadlocks. A staged port put (``layout.staged``) first copies its source into scratch, chunk by chunk.
+The ordering rules: ``docs/internals.md``."""
 from __future__ import annotations
 
 from collections import defaultdict
