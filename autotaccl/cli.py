@@ -42,7 +42,7 @@ DOCS = {
     "check-xml": (f"{RUNTIMES}#msccl-xml",),
     "import-xml": (f"{RUNTIMES}#msccl-xml",),
     "check-plan": (f"{RUNTIMES}#msccl-execution-plans",),
-    "bench": ("docs/cluster.md",),
+    "bench": ("docs/cluster.md", "docs/runtimes.md#running-plans-on-gpus"),
     "profile": ("docs/cluster.md#running-on-a-cluster",),
     **dict.fromkeys(("tune", "export", "report", "ui", "demo"), SWEEP_DOCS),
 }

@@ -36,6 +36,7 @@ def greedy(lt: LogicalTopology, size: int, batching: bool = True, window: int | 
     share of the attainable bound of copies. ``admit``: why the runtime cannot load a candidate (None: it
     can). ``switch``: the runtime runs switch operations, so the switch schedules (:mod:`.switch`) come
     first where the profile's switch reduces and the protocol is Simple."""
+    through = switch and canonical_protocol(protocol or SWITCH_PROTOCOL) == SWITCH_PROTOCOL
     enough = attainable_us(lt.graph, lt.collective.name, size, protocol, switch=False) / (1 - gap) if gap else 0.0
     lead, timings = [], []
     if through:     # every switch schedule (the gap of copies does not stop among them), the best leads

@@ -1,19 +1,12 @@
 """Schedules through a switch that reduces (NVLink SHARP, the profile's ``nccl.nvls``): the greedy
 engine's candidates with switch operations (``Transfer.group``, :mod:`autotaccl.model.algorithm`).
 
-Every rank owns its cells (chunk ``c`` is rank ``c // chunkup``'s); local GPU ``j`` of every node
-serves the cells of the ranks with local index ``j`` (its rail). For each cell, in the simulator's
-preferred order (piece by piece, so the switch, the network and the switch again overlap):
-
-1. in every node, the serving GPU load-reduces the cell over its node's GPUs (``switch_reduce``);
-2. across nodes (more than one), the node sums go into the owner over the rail (``reduce``), and an
-   AllReduce's result comes back the same way (``copy``); an AllGather's cell goes out from its owner;
-3. in every node, the serving GPU stores the cell to its node's GPUs (``switch_broadcast``), for an
-   AllReduce and an AllGather.
-
-On one node that is NCCL's NVLS algorithm; across nodes its NVLS-tree with the tree replaced by the
-direct exchange on the rails (each NIC moves a cell's node sum once each way) and the switch's work
-cut into pieces that pipeline with the network's. Where each wins: ``benchmarks/synthesis.py``.
+Local GPU ``j`` of every node serves the cells of the ranks with local index ``j`` (its rail). For each
+cell, piece by piece so that switch and network overlap: (1) in every node the serving GPU load-reduces
+the cell (``switch_reduce``); (2) across nodes the node sums meet at the owner over the rail and, for
+AllReduce, come back the same way; (3) in every node the serving GPU stores the cell (``switch_broadcast``).
+On one node that is NCCL's NVLS; across nodes its NVLS-tree with the tree replaced by the direct exchange
+on the rails. Where each wins: ``benchmarks/synthesis.py``.
 """
 from __future__ import annotations
 

@@ -1,19 +1,13 @@
 """Where every value lives in one buffer mode: input ``i``, output ``o``, plain scratch ``s`` or packet
 scratch ``p`` slots, walked in the IR's program order.
 
-A rank's value of a chunk starts in its input slot. A put writes into the receiver's memory, which the
-receiver does not order against its own earlier accesses, so a copy lands straight in the chunk's output
-slot only if nobody touched that cell yet in this call and nothing live sits there (in-place calls alias
-input and output); otherwise, and for every reduce and every packet transfer, it lands in a fresh
-scratch slot (one write per slot per call). A reduce then adds the landed data to the receiver's value,
-in place where that value already sits in its output or scratch, else into the output slot (when free) or
-a fresh scratch slot; an LL packet is unpacked the same way. Values a rank must output but holds elsewhere
-at the end are copied home.
+A copy lands straight in the chunk's output slot only if nobody touched that cell yet in this call and
+nothing live sits there; otherwise, and for every reduce and packet transfer, in a fresh scratch slot (one
+write per slot per call). Values a rank must output but holds elsewhere are copied home at the end.
 
-Staging (:func:`staged`): a port-channel put reads its source from the registered memory at the plan's
-index, which the executor registers from the allocation's start and offsets by nothing, so a put from the
-input or output is right only where that buffer starts its allocation; a staged layout first copies such
-sources into scratch (the executor's own allocation) and sends from there.
+Staging (:func:`staged`): the executor reads a port-channel put's source from the allocation's start, so a
+staged layout copies input or output sources into scratch (its own allocation) and sends from there.
+Details: ``docs/internals.md``.
 """
 from __future__ import annotations
 
