@@ -42,17 +42,32 @@ def main(argv: list[str] | None = None) -> int:
 
 def _watch(parent: int, every: float = 1.0) -> None:
     """Send this process SIGINT (a Ctrl-C: the running trial is marked interrupted) once ``parent`` is no
-    longer its parent (it died and the worker was re-parented)."""
+    longer its parent (it died and the worker was re-parented): at once where Linux's ``PR_SET_PDEATHSIG``
+    is there, so an orphan never starts another trial, and by a poll every ``every`` seconds anyway."""
     import os
     import signal
     import threading
     import time
 
+    stopped = threading.Event()
+
+    def stop() -> None:
+        if stopped.is_set():                         # the kernel's signal and the poll: one Ctrl-C
+            return
+        stopped.set()
+        logging.getLogger(__name__).warning("the tune that started this worker (pid %d) is gone: stopping", parent)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    if sys.platform.startswith("linux"):            # the kernel's word, the moment the parent dies
+        import ctypes
+
+        signal.signal(signal.SIGUSR1, lambda *_: stop())
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGUSR1))     # 1: PR_SET_PDEATHSIG
+
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(every)
-        logging.getLogger(__name__).warning("the tune that started this worker (pid %d) is gone: stopping", parent)
-        os.kill(os.getpid(), signal.SIGINT)
+        stop()
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 

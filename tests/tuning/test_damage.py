@@ -171,7 +171,8 @@ def test_workers_stop_when_their_killed_driver_is_gone_and_the_next_start_finish
             time.sleep(0.2)
         assert proc.poll() is None and len(workers) == 3, (tmp_path / "tune.log").read_text()
         os.kill(proc.pid, signal.SIGKILL)                # the driver only, as the OOM killer would
-        held = [t.number for t in study_trials(out) if t.state == TrialState.RUNNING]
+        at_kill = study_trials(out)
+        held = [t.number for t in at_kill if t.state == TrialState.RUNNING]
         assert held                                      # trials its workers had not finished
         proc.wait(timeout=30)
         killed = time.monotonic()
@@ -190,12 +191,11 @@ def test_workers_stop_when_their_killed_driver_is_gone_and_the_next_start_finish
     assert not [t for t in trials.values() if t.state == TrialState.RUNNING]      # each marked its trial
     stopped = [n for n in held if trials[n].user_attrs.get("interrupted")]
     assert stopped and all(trials[n].state == TrialState.FAIL for n in stopped)  # not finished after the kill
+    later = [t for n, t in trials.items() if n >= len(at_kill)]
+    assert all(t.state == TrialState.WAITING for t in later), later   # an orphan started no other trial
     again = run_tune(*args)
     assert again.returncode == 0, again.stderr
     retries = {t.user_attrs["retry_of"]: t for t in study_trials(out) if "retry_of" in t.user_attrs}
-    for n in stopped:                  # each redone (a retry an orphaned worker took before it stopped: again)
-        params = trials[n].params
-        while n in retries and retries[n].state != TrialState.COMPLETE:
-            n = retries[n].number
-        assert n in retries and retries[n].state == TrialState.COMPLETE and retries[n].params == params
+    for n in stopped:                  # each redone by the next start
+        assert retries[n].state == TrialState.COMPLETE and retries[n].params == trials[n].params
     assert_like_clean(out, clean_sweep, tmp_path / "export")
