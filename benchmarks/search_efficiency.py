@@ -47,7 +47,7 @@ from autotaccl.tuning.cache import SynthesisCache, cache_key  # noqa: E402
 from autotaccl.tuning.evaluate import score, simulate_times, size_results, synth_options, synthesize_cached  # noqa: E402
 from autotaccl.tuning.explore import enqueue_unseen, is_repeat, stuck  # noqa: E402
 from autotaccl.tuning.reference import compute_reference  # noqa: E402
-from autotaccl.tuning.samplers import make_sampler  # noqa: E402
+from autotaccl.tuning.samplers import ENGINE_IGNORES, make_sampler  # noqa: E402
 from autotaccl.tuning.space import enumerate_space, load_space, params_to_sketch, sample, settings  # noqa: E402
 from autotaccl.tuning.space.schema import space_from_dict  # noqa: E402
 from autotaccl.tuning.study import seed as seed_study  # noqa: E402
@@ -72,8 +72,15 @@ def engine_part(name: str, engine: str):
     return space_from_dict(data, str(path), default_name=path.stem, base_dir=path.parent)
 
 
+def canonical(params: dict, space) -> dict:
+    """``params`` with the knobs their engine ignores (ENGINE_IGNORES) at their first choice: one algorithm."""
+    ignored = ENGINE_IGNORES.get({**space.fixed, **params}.get("engine"), ())
+    first_choice = {p.name: p.values()[0] for p in space.parameters if p.name in ignored}
+    return {k: first_choice.get(k, v) for k, v in params.items()}
+
+
 def config_key(params: dict, space) -> str:
-    return json.dumps({k: v for k, v in sorted(params.items()) if k not in space.fixed})
+    return json.dumps({k: v for k, v in sorted(canonical(params, space).items()) if k not in space.fixed})
 
 
 class Table:
@@ -101,7 +108,7 @@ class Table:
         k = config_key(params, self.space)
         row = self.rows.get(k)
         if row is None:
-            row = self.rows[k] = self._evaluate(params)
+            row = self.rows[k] = self._evaluate(canonical(params, self.space))
             self.new += 1
             if self.new % 25 == 0:
                 self.save()
@@ -153,16 +160,28 @@ def bands_of(sizes) -> list[list[int]]:
 def variants() -> dict[str, Variant]:
     import optuna.samplers as s
 
+    from autotaccl.tuning.lean import LeanSampler
+
+    def tpe_mv(seed, space):
+        return s.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=5, constant_liar=True)
+
+    def lean(make):
+        return lambda seed, space: LeanSampler(make(seed, space), space.fixed)
+
+    random_ = lambda seed, space: s.RandomSampler(seed=seed)            # noqa: E731
+    banded = lambda seed, space: BandedSampler(space.sizes, seed=seed)  # noqa: E731
     return {v.name: v for v in (
-        Variant("random", lambda seed: s.RandomSampler(seed=seed)),
-        Variant("tpe-univariate", lambda seed: s.TPESampler(seed=seed, multivariate=False, constant_liar=True)),
-        Variant("tpe-mv", lambda seed: s.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=5,
-                                                     constant_liar=True)),
-        Variant("qmc", lambda seed: s.QMCSampler(seed=seed, scramble=True)),
-        Variant("tpe-bands", lambda seed: s.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=5,
-                                                        constant_liar=True), bands=True),
-        Variant("banded", lambda seed: None),          # built per space: it needs the sizes (replay)
-        Variant("default", lambda seed: make_sampler("tpe", seed)),
+        Variant("random", random_),
+        Variant("tpe-univariate", lambda seed, space: s.TPESampler(seed=seed, multivariate=False,
+                                                                   constant_liar=True)),
+        Variant("tpe-mv", tpe_mv),
+        Variant("qmc", lambda seed, space: s.QMCSampler(seed=seed, scramble=True)),
+        Variant("tpe-bands", tpe_mv, bands=True),
+        Variant("banded", banded),
+        Variant("lean-random", lean(random_)),
+        Variant("lean-tpe-mv", lean(tpe_mv)),
+        Variant("lean-banded", lean(banded)),
+        Variant("default", lambda seed, space: make_sampler("tpe", seed, space.sizes, space.fixed)),
     )}
 
 
@@ -186,7 +205,7 @@ def replay(table: Table, variant: Variant, seed: int, trials: int) -> Run:
     """One sweep of ``trials`` trials on the table, as tune runs it: seeds first, repeats handled."""
     space = table.space
     directions = ["minimize"] * 3 if variant.bands else ["minimize"]
-    sampler = BandedSampler(space.sizes, seed=seed) if variant.name == "banded" else variant.make(seed)
+    sampler = variant.make(seed, space)
     study = optuna.create_study(sampler=sampler, directions=directions)
     seed_study(study, space, table.graph, table.collective)          # tune's seeds, as tune queues them
     seen: set[str] = set()

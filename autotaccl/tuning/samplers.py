@@ -2,17 +2,28 @@
 from __future__ import annotations
 
 import warnings
-from typing import Literal, Sequence, get_args
+from typing import Any, Literal, Mapping, Sequence, get_args
 
 from ..errors import ParameterError
 
-Sampler = Literal["tpe", "banded", "tpe-mv", "random", "bruteforce"]
+Sampler = Literal["lean", "tpe", "banded", "tpe-mv", "random", "bruteforce"]
 SAMPLERS: tuple[Sampler, ...] = get_args(Sampler)
 
+# Sketch knobs an engine does not read (the greedy engine ignores the routing MILP's hints, synth/greedy's
+# docstring): sampling them only splits one algorithm into several equal configurations.
+ENGINE_IGNORES: dict[str, tuple[str, ...]] = {"greedy": ("symmetry", "enforce_ordering")}
 
-def make_sampler(name: Sampler, seed: int | None, sizes: Sequence[int] = ()):
-    """The ``optuna.samplers.BaseSampler`` called ``name`` (``banded`` aims each trial at a band of ``sizes``)."""
+
+def make_sampler(name: Sampler, seed: int | None, sizes: Sequence[int] = (), fixed: Mapping[str, Any] | None = None):
+    """The ``optuna.samplers.BaseSampler`` called ``name`` (``banded`` aims each trial at a band of ``sizes``;
+    ``lean`` is banded on the knobs the trial's engine reads, the space's ``fixed`` knobs telling the engine)."""
     import optuna
+
+    if name == "lean":
+        from .banded import BandedSampler
+        from .lean import LeanSampler
+
+        return LeanSampler(BandedSampler(sizes, seed=seed), fixed)
 
     if name == "banded":
         from .banded import BandedSampler
