@@ -104,6 +104,13 @@ class Table:
         return cache_key(self.collective, sketch_key(params_to_sketch(self.space, full)), self.topology,
                          synth_options(st))
 
+    def safe_key(self, params: dict) -> str:
+        """The cache key, or one naming the configuration when its knobs make no sketch (an invalid sender map)."""
+        try:
+            return self.key_of(params)
+        except InputError:
+            return "invalid " + config_key(params, self.space)
+
     def get(self, params: dict) -> dict:
         k = config_key(params, self.space)
         row = self.rows.get(k)
@@ -123,7 +130,7 @@ class Table:
                                       synth_options(st), self.synth_cache)
         except (InfeasibleError, InputError, VerificationError) as err:
             self.seconds += time.perf_counter() - start
-            return {"cache_key": self.key_of(params), "infeasible": str(err)[:300]}
+            return {"cache_key": self.safe_key(params), "infeasible": str(err)[:300]}
         times = simulate_times(synth.algorithm, self.graph, self.space.sizes, st.protocol, st.instances)
         self.seconds += time.perf_counter() - start
         return {"cache_key": synth.key, "times": times}
@@ -297,6 +304,8 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=60, help="trials per replay")
     parser.add_argument("--samplers", default="random,default,tpe-univariate,tpe-mv,tpe-bands,qmc")
     parser.add_argument("--build", action="store_true", help="tabulate the whole space before replaying")
+    parser.add_argument("--tabulated-only", action="store_true",
+                        help="replay only sections whose table is complete (the others: their size so far)")
     parser.add_argument("--cache-dir", default=os.environ.get("AUTOTACCL_BENCH_CACHE",
                                                               str(Path.home() / ".cache" / "autotaccl-bench")))
     parser.add_argument("--out", default="benchmarks/results/search_efficiency", help="plots go here")
@@ -333,6 +342,12 @@ def section(space, collective: str, args, chosen: list[Variant], out: Path) -> l
     if args.build:
         for c in configs:
             table.get(c)
+    distinct = {config_key(c, space) for c in configs}
+    if args.tabulated_only and not distinct <= table.rows.keys():
+        have = len(distinct & table.rows.keys())
+        return [f"## {space.target_name} {collective} ({args.engine})", "",
+                f"Not replayed: its table holds {have} of the {len(distinct)} algorithms of the space "
+                f"({len(configs)} configurations); build it with `--build`.", ""]
     runs = {v.name: [replay(table, v, s, args.trials) for s in range(args.seeds)] for v in chosen}
     table.save()
     wall = time.perf_counter() - start
@@ -343,12 +358,13 @@ def section(space, collective: str, args, chosen: list[Variant], out: Path) -> l
     within = sum(quality(r["times"], best) >= 1 / 1.02 for r in feasible)
     bound = [s / b / 1e3 for s, b in zip(space.sizes, table.ref.bound_algbw)]   # µs at the bound's algbw
     title = f"{space.target_name} {collective} ({args.engine})"
+    ignored = ", ".join(ENGINE_IGNORES.get(space.fixed["engine"], ())) or "none"
     png = out / f"{space.name}-{collective}.png"
     plot(curves, title, png)
     covered = "the whole space" if len(table.rows) >= len(configs) else \
         f"{len(table.rows)} of its {len(configs)} configurations (those any replay, ever, asked for)"
     lines = [f"## {title}", "",
-             f"space: {len(configs)} configurations, {len({table.key_of(c) for c in configs})} distinct cache keys. "
+             f"space: {len(configs)} configurations, {len({table.safe_key(canonical(c, space)) for c in configs})} distinct cache keys (algorithms: the knobs the engine ignores, {ignored}, do not split one). "
              f"Best known = best per size over the table: {covered}, {len(feasible)} feasible, {len(keys)} cache "
              f"keys ({table.new} synthesized in this run, {table.seconds:.0f} s of synthesis + simulation; "
              f"the run took {wall:.0f} s). {within} of {len(feasible)} tabulated configurations "
