@@ -361,8 +361,10 @@ def section(space, collective: str, args, chosen: list[Variant], out: Path) -> l
     ignored = ", ".join(ENGINE_IGNORES.get(space.fixed["engine"], ())) or "none"
     png = out / f"{space.name}-{collective}.png"
     plot(curves, title, png)
-    covered = "the whole space" if len(table.rows) >= len(configs) else \
-        f"{len(table.rows)} of its {len(configs)} configurations (those any replay, ever, asked for)"
+    algorithms = {config_key(c, space) for c in configs}
+    have = len(algorithms & table.rows.keys())
+    covered = f"the whole space (all {have} algorithms: a full enumeration)" if have == len(algorithms) else \
+        f"{have} of its {len(algorithms)} algorithms (those any replay, ever, asked for)"
     lines = [f"## {title}", "",
              f"space: {len(configs)} configurations, {len({table.safe_key(canonical(c, space)) for c in configs})} distinct cache keys (algorithms: the knobs the engine ignores, {ignored}, do not split one). "
              f"Best known = best per size over the table: {covered}, {len(feasible)} feasible, {len(keys)} cache "
