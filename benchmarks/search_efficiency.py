@@ -51,10 +51,12 @@ from autotaccl.tuning.samplers import ENGINE_IGNORES, make_sampler  # noqa: E402
 from autotaccl.tuning.space import enumerate_space, load_space, params_to_sketch, sample, settings  # noqa: E402
 from autotaccl.tuning.space.schema import space_from_dict  # noqa: E402
 from autotaccl.tuning.study import seed as seed_study  # noqa: E402
+from autotaccl.tuning.sweep import TuneRequest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 GOALS = (0.02, 0.005)          # within 2% and 0.5% of the best known
 MILP_ONLY = ("ordering", "contiguity", "mip_gap")
+DEFAULT = TuneRequest.__dataclass_fields__["sampler"].default      # tune's default sampler
 
 
 def engine_part(name: str, engine: str):
@@ -188,7 +190,14 @@ def variants() -> dict[str, Variant]:
         Variant("lean-random", lean(random_)),
         Variant("lean-tpe-mv", lean(tpe_mv)),
         Variant("lean-banded", lean(banded)),
-        Variant("default", lambda seed, space: make_sampler("tpe", seed, space.sizes, space.fixed)),
+        Variant("lean-sized", lean(lambda seed, space: BandedSampler(space.sizes, count=len(space.sizes), seed=seed))),
+        Variant("lean-sized3", lean(lambda seed, space: BandedSampler(space.sizes, count=len(space.sizes), seed=seed,
+                                                                      n_startup_trials=3))),
+        Variant("lean-banded5", lean(lambda seed, space: BandedSampler(space.sizes, count=5, seed=seed))),
+        Variant("lean-qmc", lean(lambda seed, space: s.QMCSampler(seed=seed, scramble=True))),
+        Variant("lean-tpe", lean(lambda seed, space: s.TPESampler(seed=seed, multivariate=False, constant_liar=True))),
+        Variant("tpe", lambda seed, space: make_sampler("tpe", seed, space.sizes, space.fixed)),
+        Variant("default", lambda seed, space: make_sampler(DEFAULT, seed, space.sizes, space.fixed)),
     )}
 
 
@@ -301,8 +310,9 @@ def main() -> int:
     parser.add_argument("--collective", action="append", help="collective (repeatable; default allgather, allreduce)")
     parser.add_argument("--engine", default="greedy", choices=["greedy", "milp"])
     parser.add_argument("--seeds", type=int, default=30)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds are first-seed, first-seed + 1, ...")
     parser.add_argument("--trials", type=int, default=60, help="trials per replay")
-    parser.add_argument("--samplers", default="random,default,tpe-univariate,tpe-mv,tpe-bands,qmc")
+    parser.add_argument("--samplers", default="random,default,tpe,tpe-mv,banded,qmc,lean-random,lean-banded")
     parser.add_argument("--build", action="store_true", help="tabulate the whole space before replaying")
     parser.add_argument("--tabulated-only", action="store_true",
                         help="replay only sections whose table is complete (the others: their size so far)")
@@ -348,7 +358,8 @@ def section(space, collective: str, args, chosen: list[Variant], out: Path) -> l
         return [f"## {space.target_name} {collective} ({args.engine})", "",
                 f"Not replayed: its table holds {have} of the {len(distinct)} algorithms of the space "
                 f"({len(configs)} configurations); build it with `--build`.", ""]
-    runs = {v.name: [replay(table, v, s, args.trials) for s in range(args.seeds)] for v in chosen}
+    runs = {v.name: [replay(table, v, s, args.trials)
+                     for s in range(args.first_seed, args.first_seed + args.seeds)] for v in chosen}
     table.save()
     wall = time.perf_counter() - start
     best = best_times(table)          # the best of every row tabulated: the reference run

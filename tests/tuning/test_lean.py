@@ -67,8 +67,18 @@ def test_lean_is_banded_underneath_and_reseeds_through_it():
 
     sampler = make_sampler("lean", 1, [1024, 4096, 16384], {"engine": "greedy"})
     assert isinstance(sampler, LeanSampler) and isinstance(sampler.inner, BandedSampler)
+    assert len(sampler.inner._bands) == 3                     # one size per band: each trial aims at one size
     assert set(ENGINE_IGNORES["greedy"]) == {"symmetry", "enforce_ordering"}
     reseed(sampler, 7)
     a = sampler._rng.rng.random()
     reseed(sampler, 7)
     assert sampler._rng.rng.random() == a
+
+
+def test_tune_samples_with_lean_unless_told_otherwise():
+    from autotaccl.cli import build_parser
+    from autotaccl.tuning.sweep import TuneRequest
+
+    assert build_parser().parse_args(["tune", "--space", "demo"]).sampler == "lean"
+    assert TuneRequest(space="demo").sampler == "lean"
+    assert build_parser().parse_args(["tune", "--space", "demo", "--sampler", "tpe"]).sampler == "tpe"
