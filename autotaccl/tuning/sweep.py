@@ -71,7 +71,7 @@ class TuneRequest:
     study: str | None = None
     tracking_uri: str | None = None
     workers: int = 1
-    sampler: Sampler = "lean"
+    sampler: Sampler = "tpe"
     seed: int | None = None
     out: str | Path = "autotaccl-runs"
     resume: bool = False        # the study must exist already (several hosts: start one, --resume the rest)

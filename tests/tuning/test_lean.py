@@ -1,4 +1,4 @@
-"""The lean sampler (tune's default): knobs the trial's engine ignores are never sampled, the rest are."""
+"""The lean sampler: knobs the trial's engine ignores are never sampled, the rest are."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -75,10 +75,10 @@ def test_lean_is_banded_underneath_and_reseeds_through_it():
     assert sampler._rng.rng.random() == a
 
 
-def test_tune_samples_with_lean_unless_told_otherwise():
+def test_lean_is_selectable_and_tpe_stays_the_default():
     from autotaccl.cli import build_parser
     from autotaccl.tuning.sweep import TuneRequest
 
-    assert build_parser().parse_args(["tune", "--space", "demo"]).sampler == "lean"
-    assert TuneRequest(space="demo").sampler == "lean"
-    assert build_parser().parse_args(["tune", "--space", "demo", "--sampler", "tpe"]).sampler == "tpe"
+    assert build_parser().parse_args(["tune", "--space", "demo"]).sampler == "tpe"   # lean lost on 2 of 3 tables
+    assert TuneRequest(space="demo").sampler == "tpe"
+    assert build_parser().parse_args(["tune", "--space", "demo", "--sampler", "lean"]).sampler == "lean"
