@@ -47,14 +47,16 @@ from autotaccl.tuning.cache import SynthesisCache, cache_key  # noqa: E402
 from autotaccl.tuning.evaluate import score, simulate_times, size_results, synth_options, synthesize_cached  # noqa: E402
 from autotaccl.tuning.explore import enqueue_unseen, is_repeat, stuck  # noqa: E402
 from autotaccl.tuning.reference import compute_reference  # noqa: E402
-from autotaccl.tuning.samplers import make_sampler  # noqa: E402
+from autotaccl.tuning.samplers import ENGINE_IGNORES, make_sampler  # noqa: E402
 from autotaccl.tuning.space import enumerate_space, load_space, params_to_sketch, sample, settings  # noqa: E402
 from autotaccl.tuning.space.schema import space_from_dict  # noqa: E402
 from autotaccl.tuning.study import seed as seed_study  # noqa: E402
+from autotaccl.tuning.sweep import TuneRequest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 GOALS = (0.02, 0.005)          # within 2% and 0.5% of the best known
 MILP_ONLY = ("ordering", "contiguity", "mip_gap")
+DEFAULT = TuneRequest.__dataclass_fields__["sampler"].default      # tune's default sampler
 
 
 def engine_part(name: str, engine: str):
@@ -72,8 +74,15 @@ def engine_part(name: str, engine: str):
     return space_from_dict(data, str(path), default_name=path.stem, base_dir=path.parent)
 
 
+def canonical(params: dict, space) -> dict:
+    """``params`` with the knobs their engine ignores (ENGINE_IGNORES) at their first choice: one algorithm."""
+    ignored = ENGINE_IGNORES.get({**space.fixed, **params}.get("engine"), ())
+    first_choice = {p.name: p.values()[0] for p in space.parameters if p.name in ignored}
+    return {k: first_choice.get(k, v) for k, v in params.items()}
+
+
 def config_key(params: dict, space) -> str:
-    return json.dumps({k: v for k, v in sorted(params.items()) if k not in space.fixed})
+    return json.dumps({k: v for k, v in sorted(canonical(params, space).items()) if k not in space.fixed})
 
 
 class Table:
@@ -97,11 +106,18 @@ class Table:
         return cache_key(self.collective, sketch_key(params_to_sketch(self.space, full)), self.topology,
                          synth_options(st))
 
+    def safe_key(self, params: dict) -> str:
+        """The cache key, or one naming the configuration when its knobs make no sketch (an invalid sender map)."""
+        try:
+            return self.key_of(params)
+        except InputError:
+            return "invalid " + config_key(params, self.space)
+
     def get(self, params: dict) -> dict:
         k = config_key(params, self.space)
         row = self.rows.get(k)
         if row is None:
-            row = self.rows[k] = self._evaluate(params)
+            row = self.rows[k] = self._evaluate(canonical(params, self.space))
             self.new += 1
             if self.new % 25 == 0:
                 self.save()
@@ -116,10 +132,11 @@ class Table:
                                       synth_options(st), self.synth_cache)
         except (InfeasibleError, InputError, VerificationError) as err:
             self.seconds += time.perf_counter() - start
-            return {"cache_key": self.key_of(params), "infeasible": str(err)[:300]}
+            return {"cache_key": self.safe_key(params), "infeasible": str(err)[:300]}
         times = simulate_times(synth.algorithm, self.graph, self.space.sizes, st.protocol, st.instances)
-        self.seconds += time.perf_counter() - start
-        return {"cache_key": synth.key, "times": times}
+        took = time.perf_counter() - start
+        self.seconds += took
+        return {"cache_key": synth.key, "times": times, "seconds": round(took, 3)}
 
     def save(self) -> None:
         tmp = self.path.with_name(f".{self.path.name}.tmp")
@@ -153,16 +170,35 @@ def bands_of(sizes) -> list[list[int]]:
 def variants() -> dict[str, Variant]:
     import optuna.samplers as s
 
+    from autotaccl.tuning.lean import LeanSampler
+
+    def tpe_mv(seed, space):
+        return s.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=5, constant_liar=True)
+
+    def lean(make):
+        return lambda seed, space: LeanSampler(make(seed, space), space.fixed)
+
+    random_ = lambda seed, space: s.RandomSampler(seed=seed)            # noqa: E731
+    banded = lambda seed, space: BandedSampler(space.sizes, seed=seed)  # noqa: E731
     return {v.name: v for v in (
-        Variant("random", lambda seed: s.RandomSampler(seed=seed)),
-        Variant("tpe-univariate", lambda seed: s.TPESampler(seed=seed, multivariate=False, constant_liar=True)),
-        Variant("tpe-mv", lambda seed: s.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=5,
-                                                     constant_liar=True)),
-        Variant("qmc", lambda seed: s.QMCSampler(seed=seed, scramble=True)),
-        Variant("tpe-bands", lambda seed: s.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=5,
-                                                        constant_liar=True), bands=True),
-        Variant("banded", lambda seed: None),          # built per space: it needs the sizes (replay)
-        Variant("default", lambda seed: make_sampler("tpe", seed)),
+        Variant("random", random_),
+        Variant("tpe-univariate", lambda seed, space: s.TPESampler(seed=seed, multivariate=False,
+                                                                   constant_liar=True)),
+        Variant("tpe-mv", tpe_mv),
+        Variant("qmc", lambda seed, space: s.QMCSampler(seed=seed, scramble=True)),
+        Variant("tpe-bands", tpe_mv, bands=True),
+        Variant("banded", banded),
+        Variant("lean-random", lean(random_)),
+        Variant("lean-tpe-mv", lean(tpe_mv)),
+        Variant("lean-banded", lean(banded)),
+        Variant("lean-sized", lean(lambda seed, space: BandedSampler(space.sizes, count=len(space.sizes), seed=seed))),
+        Variant("lean-sized3", lean(lambda seed, space: BandedSampler(space.sizes, count=len(space.sizes), seed=seed,
+                                                                      n_startup_trials=3))),
+        Variant("lean-banded5", lean(lambda seed, space: BandedSampler(space.sizes, count=5, seed=seed))),
+        Variant("lean-qmc", lean(lambda seed, space: s.QMCSampler(seed=seed, scramble=True))),
+        Variant("lean-tpe", lean(lambda seed, space: s.TPESampler(seed=seed, multivariate=False, constant_liar=True))),
+        Variant("tpe", lambda seed, space: make_sampler("tpe", seed, space.sizes, space.fixed)),
+        Variant("default", lambda seed, space: make_sampler(DEFAULT, seed, space.sizes, space.fixed)),
     )}
 
 
@@ -186,7 +222,7 @@ def replay(table: Table, variant: Variant, seed: int, trials: int) -> Run:
     """One sweep of ``trials`` trials on the table, as tune runs it: seeds first, repeats handled."""
     space = table.space
     directions = ["minimize"] * 3 if variant.bands else ["minimize"]
-    sampler = BandedSampler(space.sizes, seed=seed) if variant.name == "banded" else variant.make(seed)
+    sampler = variant.make(seed, space)
     study = optuna.create_study(sampler=sampler, directions=directions)
     seed_study(study, space, table.graph, table.collective)          # tune's seeds, as tune queues them
     seen: set[str] = set()
@@ -275,9 +311,12 @@ def main() -> int:
     parser.add_argument("--collective", action="append", help="collective (repeatable; default allgather, allreduce)")
     parser.add_argument("--engine", default="greedy", choices=["greedy", "milp"])
     parser.add_argument("--seeds", type=int, default=30)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds are first-seed, first-seed + 1, ...")
     parser.add_argument("--trials", type=int, default=60, help="trials per replay")
-    parser.add_argument("--samplers", default="random,default,tpe-univariate,tpe-mv,tpe-bands,qmc")
+    parser.add_argument("--samplers", default="random,default,tpe,tpe-mv,banded,qmc,lean-random,lean-banded")
     parser.add_argument("--build", action="store_true", help="tabulate the whole space before replaying")
+    parser.add_argument("--tabulated-only", action="store_true",
+                        help="replay only sections whose table is complete (the others: their size so far)")
     parser.add_argument("--cache-dir", default=os.environ.get("AUTOTACCL_BENCH_CACHE",
                                                               str(Path.home() / ".cache" / "autotaccl-bench")))
     parser.add_argument("--out", default="benchmarks/results/search_efficiency", help="plots go here")
@@ -295,7 +334,10 @@ def main() -> int:
              f"{machine()}. Replays of {args.seeds} seeds x {args.trials} trials per sampler on lookup tables "
              f"of the {args.engine} engine's part of each space (simulated times). Quality = geomean over sizes "
              f"of best known / best so far, per size as export picks; 'to 2%' = trials (distinct cache keys) "
-             f"until quality >= 1/1.02; '>N' = not reached in N trials (counted as N+1 in medians).", ""]
+             f"until quality >= 1/1.02; '>N' = not reached in N trials (counted as N+1 in medians)."
+             + (" Only the greedy engine's part of each space is enumerated: the MILP knobs (ordering, contiguity) "
+                "take minutes a synthesis, and nothing here speaks for the MILP part." if args.engine == "greedy" else ""),
+             ""]
     for space_name in args.space or ["dgx-a100x2", "dgx2x2"]:
         space = engine_part(space_name, args.engine)
         for collective in args.collective or ["allgather", "allreduce"]:
@@ -314,7 +356,14 @@ def section(space, collective: str, args, chosen: list[Variant], out: Path) -> l
     if args.build:
         for c in configs:
             table.get(c)
-    runs = {v.name: [replay(table, v, s, args.trials) for s in range(args.seeds)] for v in chosen}
+    distinct = {config_key(c, space) for c in configs}
+    if args.tabulated_only and not distinct <= table.rows.keys():
+        have = len(distinct & table.rows.keys())
+        return [f"## {space.target_name} {collective} ({args.engine})", "",
+                f"Not replayed: its table holds {have} of the {len(distinct)} algorithms of the space "
+                f"({len(configs)} configurations); build it with `--build`.", ""]
+    runs = {v.name: [replay(table, v, s, args.trials)
+                     for s in range(args.first_seed, args.first_seed + args.seeds)] for v in chosen}
     table.save()
     wall = time.perf_counter() - start
     best = best_times(table)          # the best of every row tabulated: the reference run
@@ -324,19 +373,25 @@ def section(space, collective: str, args, chosen: list[Variant], out: Path) -> l
     within = sum(quality(r["times"], best) >= 1 / 1.02 for r in feasible)
     bound = [s / b / 1e3 for s, b in zip(space.sizes, table.ref.bound_algbw)]   # µs at the bound's algbw
     title = f"{space.target_name} {collective} ({args.engine})"
+    ignored = ", ".join(ENGINE_IGNORES.get(space.fixed["engine"], ())) or "none"
     png = out / f"{space.name}-{collective}.png"
     plot(curves, title, png)
-    covered = "the whole space" if len(table.rows) >= len(configs) else \
-        f"{len(table.rows)} of its {len(configs)} configurations (those any replay, ever, asked for)"
+    algorithms = {config_key(c, space) for c in configs}
+    have = len(algorithms & table.rows.keys())
+    covered = f"the whole space (all {have} algorithms: a full enumeration)" if have == len(algorithms) else \
+        f"{have} of its {len(algorithms)} algorithms (those any replay, ever, asked for)"
     lines = [f"## {title}", "",
-             f"space: {len(configs)} configurations, {len({table.key_of(c) for c in configs})} distinct cache keys. "
+             f"space: {len(configs)} configurations, {len({table.safe_key(canonical(c, space)) for c in configs})} distinct cache keys (algorithms: the knobs the engine ignores, {ignored}, do not split one). "
              f"Best known = best per size over the table: {covered}, {len(feasible)} feasible, {len(keys)} cache "
              f"keys ({table.new} synthesized in this run, {table.seconds:.0f} s of synthesis + simulation; "
-             f"the run took {wall:.0f} s). {within} of {len(feasible)} tabulated configurations "
+             f"the run took {wall:.0f} s; {recorded_cost(table)}). {within} of {len(feasible)} tabulated configurations "
              f"({100 * within / max(1, len(feasible)):.1f}%) are on their own within 2% of the best known.", "",
-             "| size | best known (µs) | attainable bound (µs) | bound / best |", "|---|---|---|---|"]
-    for size, b, lim in zip(space.sizes, best, bound):
-        lines.append(f"| {format_size(size)} | {b:.2f} | {lim:.2f} | {lim / b:.1%} |")
+             "| size | best known (µs) | attainable bound (µs) | bound / best | algorithms within 2% at this size |",
+             "|---|---|---|---|---|"]
+    for i, (size, b, lim) in enumerate(zip(space.sizes, best, bound)):
+        near = sum(r["times"][i] <= 1.02 * b for r in feasible)
+        lines.append(f"| {format_size(size)} | {b:.2f} | {lim:.2f} | {lim / b:.1%} | "
+                     f"{near} ({near / max(1, len(feasible)):.1%}) |")
     lines += ["", f"regret curve (median over seeds): `{png.as_posix()}`", "",
               "| sampler | trials to 2% | distinct to 2% | trials to 0.5% | distinct to 0.5% | "
               "quality at 30 trials | random / sampler (trials to 2%) |", "|---|---|---|---|---|---|---|"]
@@ -359,6 +414,13 @@ def section(space, collective: str, args, chosen: list[Variant], out: Path) -> l
     lines.append("")
     sys.stdout.flush()
     return lines
+
+
+def recorded_cost(table: Table) -> str:
+    """What building the table cost, as far as its rows recorded it (rows built before they did are not)."""
+    costs = [r["seconds"] for r in table.rows.values() if "seconds" in r]
+    return (f"the table's {len(costs)} rows that record it took {sum(costs):.0f} s of synthesis + simulation to build"
+            if costs else "the table's rows do not record their build cost")
 
 
 def best_times(table: Table) -> list[float]:

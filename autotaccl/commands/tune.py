@@ -47,7 +47,9 @@ def register(subparsers) -> None:
                         "(e.g. 0.98; default: run all --trials)")
     p.add_argument("--patience", type=int, metavar="N",
                    help="stop early once N finished trials in a row improved no size's best (default: off)")
-    p.add_argument("--sampler", default="tpe", choices=SAMPLERS, help="Optuna sampler (default tpe)")
+    p.add_argument("--sampler", default="tpe", choices=SAMPLERS,
+                   help="Optuna sampler (default tpe; lean: multivariate TPE aimed at one size per trial, knobs the "
+                        "trial's engine ignores left at their first choice)")
     p.add_argument("--seed", type=int, help="sampler seed")
     p.add_argument("--out", default=RUN_DIR, help=f"run directory (default ./{RUN_DIR})")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -28,7 +28,7 @@ def bands(sizes: Sequence[int], count: int) -> list[tuple[int, ...]]:
 def band_score(results: Sequence[dict], band: Sequence[int]) -> float | None:
     """Geomean over ``band`` of a trial's time relative to the best baseline (None: a size is missing)."""
     by_size = {r["size"]: r["relative"] for r in results}
-    if not all(s in by_size for s in band):
+    if not band or not all(s in by_size for s in band):
         return None
     return math.exp(sum(math.log(by_size[s]) for s in band) / len(band))
 

@@ -196,7 +196,7 @@ def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, o
     graph = space.graph()
     config_path = sweeps / f"{study_name}.json"
     known = SweepConfig.load(config_path) if config_path.is_file() else None
-    sampler = make_sampler(request.sampler, request.seed, space.sizes)
+    sampler = make_sampler(request.sampler, request.seed, space.sizes, space.fixed)
     study = open_study(storage, study_name, space, collective, graph, sampler, request.heartbeat, request.extend, known)
     space_path = space_file(request, space, sweeps, study_name)
 

@@ -78,6 +78,7 @@ def _run(config_path: Path, n_trials: int) -> int:
     from ..tracking import MlflowClient, outbox
     from .objective import SweepConfig
     from .reference import load_reference
+    from .space import load_space
     from .sweep import make_sampler, open_storage, optimize
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -85,7 +86,8 @@ def _run(config_path: Path, n_trials: int) -> int:
     # every trial's sampling draws from its own seeded stream (cluster/loop.py), whichever worker runs it
     study = optuna.load_study(study_name=config.study_name, storage=open_storage(config.storage, config.heartbeat),
                               sampler=make_sampler(config.sampler, config.seed,
-                                                   load_reference(Path(config.reference)).sizes))
+                                                   load_reference(Path(config.reference)).sizes,
+                                                   load_space(config.space).fixed))
     outbox.limit_client_retries()
     optimize(config, study, n_trials)
     outbox.replay(config.out_dir, MlflowClient(tracking_uri=config.tracking_uri))

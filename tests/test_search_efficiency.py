@@ -1,0 +1,44 @@
+"""benchmarks/search_efficiency.py's table: one row per algorithm, and a configuration that makes no sketch
+is an infeasible row, not a crash (the tests need no synthesis)."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from support import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+spec = importlib.util.spec_from_file_location("search_efficiency", REPO / "benchmarks" / "search_efficiency.py")
+se = importlib.util.module_from_spec(spec)
+sys.modules["search_efficiency"] = se        # its dataclasses look their module up
+spec.loader.exec_module(se)
+
+
+def test_configurations_that_differ_only_in_ignored_knobs_are_one_row():
+    from autotaccl.tuning.space import enumerate_space
+
+    space = se.engine_part("dgx2x2", "greedy")
+    configs = enumerate_space(space)
+    assert space.fixed["engine"] == "greedy" and "ordering" not in {p.name for p in space.parameters}
+    assert len(configs) == 4104
+    keys = {se.config_key(c, space) for c in configs}
+    # 2 switch policies x (1 direct-map + 3 relay maps x 3 sender maps) x 3 chunkup x 4 instances x 3 protocols
+    assert len(keys) == 2 * (1 + 3 * 3) * 3 * 4 * 3
+    one = next(c for c in configs if c["internode_conn"] == "relay")
+    other = {**one, "symmetry": "none", "enforce_ordering": not one["enforce_ordering"]}
+    assert se.config_key(one, space) == se.config_key(other, space)
+    assert se.config_key(one, space) != se.config_key({**one, "chunkup": one["chunkup"] % 3 + 1}, space)
+
+
+@pytest.mark.slow     # the attainable bound and baselines of dgx2x2 (about 6 s on a shared machine)
+def test_a_sender_map_naming_non_senders_is_an_infeasible_row(tmp_path):
+    space = se.engine_part("dgx2x2", "greedy")
+    table = se.Table(space, "allgather", tmp_path)
+    bad = {"switch_policy": "uc-min", "internode_conn": "relay", "relay_map": "1:0,3:2,5:4,7:6,9:8,11:10,13:12,15:14",
+           "sender_map": "0:0+1,2:2+3,4:4+5,6:6+7,8:8+9,10:10+11,12:12+13,14:14+15", "enforce_ordering": True,
+           "symmetry": "2/16;16/32", "chunkup": 1, "instances": 1, "protocol": "Simple"}
+    row = table.get(bad)
+    assert "times" not in row and "sender" in row["infeasible"] and row["cache_key"].startswith("invalid ")
+    assert table.get({**bad, "symmetry": "none"}) is row                 # the same algorithm: the same row
