@@ -16,16 +16,15 @@ ENGINE_IGNORES: dict[str, tuple[str, ...]] = {"greedy": ("symmetry", "enforce_or
 
 def make_sampler(name: Sampler, seed: int | None, sizes: Sequence[int] = (), fixed: Mapping[str, Any] | None = None):
     """The ``optuna.samplers.BaseSampler`` called ``name`` (``banded`` aims each trial at a band of ``sizes``;
-    ``lean``, tune's default, aims each trial at one size, on the knobs the trial's engine reads only, the
-    space's ``fixed`` knobs telling the engine when it is not sampled)."""
+    ``lean`` aims each trial at one size, on the knobs the trial's engine reads only, the space's ``fixed``
+    knobs telling the engine when it is not sampled). How they compare: ``benchmarks/search_efficiency.py``."""
     import optuna
 
     if name == "lean":
         from .banded import BandedSampler
         from .lean import LeanSampler
 
-        # each trial aims at one size in turn, after 3 start-up trials: in the replays of
-        # benchmarks/search_efficiency.py it beat random, banded and tpe to within 2% of the best known
+        # each trial aims at one size in turn, after 3 start-up trials
         return LeanSampler(BandedSampler(sizes, count=len(sizes), seed=seed, n_startup_trials=3), fixed)
 
     if name == "banded":
@@ -39,9 +38,8 @@ def make_sampler(name: Sampler, seed: int | None, sizes: Sequence[int] = (), fix
                                               constant_liar=True)
 
     if name == "tpe":
-        # univariate TPE: on enumerable sketch spaces it reached the optimum in fewer distinct evaluations
-        # than Optuna 5's multivariate default and than random sampling (benchmarks/search_efficiency.py);
-        # constant_liar stays on so concurrent workers avoid each other's running configurations
+        # univariate TPE, tune's default; constant_liar so concurrent workers avoid each other's running
+        # configurations
         return optuna.samplers.TPESampler(seed=seed, multivariate=False, constant_liar=True)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
