@@ -47,7 +47,8 @@ from autotaccl.tuning.cache import SynthesisCache, cache_key  # noqa: E402
 from autotaccl.tuning.evaluate import score, simulate_times, size_results, synth_options, synthesize_cached  # noqa: E402
 from autotaccl.tuning.explore import enqueue_unseen, is_repeat, stuck  # noqa: E402
 from autotaccl.tuning.reference import compute_reference  # noqa: E402
-from autotaccl.tuning.samplers import ENGINE_IGNORES, make_sampler  # noqa: E402
+from autotaccl.tuning.lean import ENGINE_IGNORES  # noqa: E402
+from autotaccl.tuning.samplers import make_sampler  # noqa: E402
 from autotaccl.tuning.space import enumerate_space, load_space, params_to_sketch, sample, settings  # noqa: E402
 from autotaccl.tuning.space.schema import space_from_dict  # noqa: E402
 from autotaccl.tuning.study import seed as seed_study  # noqa: E402

@@ -9,10 +9,6 @@ from ..errors import ParameterError
 Sampler = Literal["lean", "tpe", "banded", "tpe-mv", "random", "bruteforce"]
 SAMPLERS: tuple[Sampler, ...] = get_args(Sampler)
 
-# Sketch knobs an engine does not read (the greedy engine ignores the routing MILP's hints, synth/greedy's
-# docstring): sampling them only splits one algorithm into several equal configurations.
-ENGINE_IGNORES: dict[str, tuple[str, ...]] = {"greedy": ("symmetry", "enforce_ordering")}
-
 
 def make_sampler(name: Sampler, seed: int | None, sizes: Sequence[int] = (), fixed: Mapping[str, Any] | None = None):
     """The ``optuna.samplers.BaseSampler`` called ``name`` (``banded`` aims each trial at a band of ``sizes``;

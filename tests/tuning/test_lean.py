@@ -8,7 +8,8 @@ import pytest
 
 from autotaccl.tuning.banded import BandedSampler
 from autotaccl.tuning.lean import LeanSampler
-from autotaccl.tuning.samplers import ENGINE_IGNORES, make_sampler
+from autotaccl.tuning.lean import ENGINE_IGNORES
+from autotaccl.tuning.samplers import make_sampler
 from autotaccl.tuning.space import load_space, sample
 
 SPACES = "search_spaces"
