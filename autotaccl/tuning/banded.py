@@ -14,8 +14,10 @@ from typing import Any, Sequence
 
 import optuna
 from optuna.distributions import BaseDistribution
-from optuna.samplers import BaseSampler, TPESampler
+from optuna.samplers import TPESampler
 from optuna.trial import FrozenTrial, TrialState
+
+from .wrapped import WrappedSampler
 
 
 def bands(sizes: Sequence[int], count: int) -> list[tuple[int, ...]]:
@@ -33,7 +35,7 @@ def band_score(results: Sequence[dict], band: Sequence[int]) -> float | None:
     return math.exp(sum(math.log(by_size[s]) for s in band) / len(band))
 
 
-class BandedSampler(BaseSampler):
+class BandedSampler(WrappedSampler):
     """Multivariate TPE on one band of sizes per trial, the bands in turn (trial number modulo their count)."""
 
     def __init__(self, sizes: Sequence[int], count: int = 3, seed: int | None = None,
@@ -44,21 +46,6 @@ class BandedSampler(BaseSampler):
             self._inner = TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=n_startup_trials,
                                      constant_liar=False)      # its view holds no running trial to lie about
         self._proxy: tuple[tuple[int, int], optuna.Study] | None = None
-
-    @property
-    def _rng(self):             # cluster.internals.reseed restarts a sampler's streams through these
-        return self._inner._rng
-
-    @_rng.setter
-    def _rng(self, value) -> None:
-        self._inner._rng = value
-
-    @property
-    def _random_sampler(self):
-        return self._inner._random_sampler
-
-    def reseed_rng(self) -> None:
-        self._inner.reseed_rng()
 
     def _view(self, study: optuna.Study, trial: FrozenTrial) -> optuna.Study:
         """An in-memory copy of ``study``'s finished trials scored on ``trial``'s band."""

@@ -15,6 +15,8 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
+from .wrapped import WrappedSampler
+
 # Sketch knobs an engine does not read (the greedy engine ignores the routing MILP's hints, synth/greedy's
 # docstring): sampling them only splits one algorithm into several equal configurations.
 ENGINE_IGNORES: dict[str, tuple[str, ...]] = {"greedy": ("symmetry", "enforce_ordering")}
@@ -26,31 +28,12 @@ def _first(distribution: BaseDistribution) -> Any:
     return getattr(distribution, "low")
 
 
-class LeanSampler(BaseSampler):
+class LeanSampler(WrappedSampler):
     """``inner`` on the knobs the trial's engine reads; the knobs it ignores at their first choice."""
 
     def __init__(self, inner: BaseSampler, fixed: Mapping[str, Any] | None = None) -> None:
         self._inner = inner
         self._fixed = dict(fixed or {})
-
-    @property
-    def inner(self) -> BaseSampler:
-        return self._inner
-
-    @property
-    def _rng(self):             # cluster.internals.reseed restarts a sampler's streams through these
-        return self._inner._rng
-
-    @_rng.setter
-    def _rng(self, value) -> None:
-        self._inner._rng = value
-
-    @property
-    def _random_sampler(self):
-        return getattr(self._inner, "_random_sampler", None)
-
-    def reseed_rng(self) -> None:
-        self._inner.reseed_rng()
 
     def ignored(self, trial: FrozenTrial, values: Mapping[str, Any] = {}) -> tuple[str, ...]:
         """The knobs ``trial``'s engine ignores (none while its engine is not known yet)."""
