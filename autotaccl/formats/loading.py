@@ -5,15 +5,15 @@ A candidate loads when its lowering with the run's protocol and instances fits e
 runtime (``formats.msccl.program.LIMITS``: XML nodes and thread blocks per rank, steps per thread
 block, ...; ``formats.mscclpp.plan``: resident thread blocks, operations per thread block, ...): the
 lowering itself decides, so synthesis and the files a user writes never disagree. None of them runs
-switch operations yet (MSCCL XML has none; the MSCCL++ plans' switch channels are not written): a
-schedule with any is refused before it is lowered, and synthesis for them offers none (``Loader.switch``).
+switch operations yet (MSCCL XML has none; the MSCCL++ plans' switch channels are not written): their
+lowerings refuse a schedule with any, and synthesis for them offers none (``Loader.switch``).
 """
 from __future__ import annotations
 
 import networkx as nx
 
 from ..errors import ParameterError
-from ..model.algorithm import Algorithm, switch_ops
+from ..model.algorithm import Algorithm
 from ..synth import Loader
 from . import msccl, mscclpp
 from .msccl.program import RUNTIMES as XML_RUNTIMES
@@ -41,8 +41,6 @@ def loader(runtime: str, graph: nx.DiGraph | None = None) -> Loader:
         raise ParameterError("runtime", repr(runtime), f"one of: {', '.join(RUNTIMES)}")
 
     def problem(algorithm: Algorithm, protocol: str, instances: int) -> str | None:
-        if switch_ops(algorithm):
-            return f"{runtime}: runs no switch operations (multimem), the schedule has {switch_ops(algorithm)}"
         try:
             lower(algorithm, protocol, instances)
         except (msccl.LoweringError, mscclpp.LoweringError) as err:

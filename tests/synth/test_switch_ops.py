@@ -131,7 +131,7 @@ def test_synthesis_takes_the_switch_where_it_is_faster_and_xml_runtimes_never_ge
     # the switch beats the best copy-only schedule, and no copy-only schedule reaches its time
     assert simulate(any_runtime, h100, G).time_us < 0.8 * simulate(xml, h100, G).time_us
     assert simulate(any_runtime, h100, G).time_us < attainable_us(h100, "allreduce", G, switch=False)
-    # a runtime that cannot run switch operations says so, whatever the lowering would say
+    # a runtime that cannot run switch operations says so: its lowering refuses them first
     for runtime in ("msccl-executor", "msccl", "mscclpp"):
         assert "runs no switch operations" in loader(runtime, h100).problem(any_runtime, "Simple", 1)
 

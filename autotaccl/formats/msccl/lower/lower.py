@@ -50,8 +50,8 @@ def lower_program(algorithm: Algorithm, options: LoweringOptions | None = None) 
     if algorithm.collective.name not in COLL_NAMES[opts.runtime]:
         raise LoweringError(source, "collective", f"one the {opts.runtime} runtime runs")
     if switch_ops(algorithm):
-        raise LoweringError(source, "transfers", f"no switch operations (MSCCL XML has none; this algorithm has "
-                                                 f"{switch_ops(algorithm)})")
+        raise LoweringError(source, "transfers", f"copies and reduces only ({opts.runtime} runs no switch operations "
+                                                 f"(multimem); this algorithm has {switch_ops(algorithm)})")
     limits = LIMITS[opts.runtime]
     links = lanes(algorithm)
     if links * opts.instances > limits.channels:

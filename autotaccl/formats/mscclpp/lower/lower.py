@@ -41,8 +41,10 @@ def lower_plan(algorithm: Algorithm, graph: nx.DiGraph, options: PlanOptions | N
     except VerificationError as err:
         raise LoweringError(source, "algorithm", f"an algorithm that passes verify on {graph.graph.get('name')} "
                             f"({err})") from None
-    if switch_ops(algorithm):      # (the plan's switch channels are not written yet)
-        raise LoweringError(source, "transfers", f"no switch operations ({switch_ops(algorithm)} in this algorithm)")
+    if switch_ops(algorithm):
+        raise LoweringError(source, "transfers", f"copies and reduces only (mscclpp runs no switch operations "
+                                                 f"(multimem) until its switch channels are written; this "
+                                                 f"algorithm has {switch_ops(algorithm)})")
     expanded, instance = replicate(algorithm, opts.instances)
     kinds_of = {(u, v): "port" if kind == NETWORK else "memory" for u, v, kind in graph.edges(data="kind")}
     packets = tuple(opts.proto == "LL" and kinds_of[(t.src, t.dst)] == "memory" for t in expanded.transfers)
