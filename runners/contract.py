@@ -73,6 +73,12 @@ def check(ok: bool, flag: str, value: Any, expected: str) -> None:
         raise InputError(flag, str(value), expected)
 
 
+def check_ranks(options: Any, runner: str) -> None:
+    """``--np``, unless ``--launcher`` is a whole launcher line (and no hostfile is left to place ranks)."""
+    check(options.np is not None or (options.launcher is not None and options.hostfile is None), "--np", "(missing)",
+          f"the number of ranks to launch (or a whole --launcher line) for --runner {runner}")
+
+
 def check_launched(options: Any) -> None:
     """The checks every runner that launches ranks makes of its options (``np``, ``iters``, ``warmup``,
     ``timeout``, ``workdir``, ``dtype``, ``op``), each naming its flag."""

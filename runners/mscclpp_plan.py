@@ -26,7 +26,7 @@ from autotaccl.errors import InputError
 from autotaccl.model.collectives import make_collective
 
 from runners import launch
-from runners.contract import MSCCLPP_PLAN, check, check_launched
+from runners.contract import MSCCLPP_PLAN, check, check_launched, check_ranks
 from runners.mpi import launcher_command
 from runners.results import frame, make_row
 
@@ -50,8 +50,7 @@ class MscclppOptions:
     workdir: str | None = None
 
     def __post_init__(self) -> None:
-        check(self.np is not None or (self.launcher is not None and self.hostfile is None), "--np", "(missing)",
-              "the number of ranks (one per GPU) to launch, or a whole --launcher line, for --runner mscclpp")
+        check_ranks(self, "mscclpp")
         check_launched(self)
         check(self.dtype in DTYPES, "--dtype", self.dtype, f"one of {', '.join(DTYPES)} (the executor's data types)")
         check(self.op == "sum", "--op", self.op, "sum (our plans' reductions are sums; the executor takes no op)")

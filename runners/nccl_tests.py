@@ -32,7 +32,7 @@ from autotaccl.model.collectives import canonical_name
 from autotaccl.safety import file_stem
 
 from runners import launch
-from runners.contract import MSCCL_XML, check, check_launched
+from runners.contract import MSCCL_XML, check, check_launched, check_ranks
 from runners.mpi import launcher_command
 from runners.nccl_output import MeasuredTable, parse_text, read_table
 from runners.results import DTYPES, frame
@@ -145,8 +145,7 @@ class NcclTestsOptions:
     def __post_init__(self) -> None:
         check(bool(self.binary), "--binary", "(missing)",
               "the nccl-tests binary or build directory for --runner nccl-tests")
-        check(self.np is not None or (self.launcher is not None and self.hostfile is None), "--np", "(missing)",
-              "the number of ranks to launch (or a whole --launcher line) for --runner nccl-tests")
+        check_ranks(self, "nccl-tests")
         check_launched(self)
         check(self.runtime in RUNTIMES, "--runtime", repr(self.runtime), f"one of: {', '.join(RUNTIMES)}")
         check(self.env_flag in ENV_FLAGS, "--env-flag", repr(self.env_flag),
