@@ -208,3 +208,12 @@ def hosts(launcher: str | None, hostfile: str | None) -> tuple[str, ...]:
     if argv and Path(argv[0]).name == "srun" and os.environ.get("SLURM_JOB_ID"):
         return (f"slurm-job-{os.environ['SLURM_JOB_ID']}",)
     return (socket.gethostname(),)
+
+
+class LaunchedRunner:
+    """What every runner that launches ranks on real machines shares: it holds the hosts of its launcher."""
+
+    real_hardware = True
+
+    def hosts(self, options) -> tuple[str, ...]:
+        return hosts(options.launcher, options.hostfile)

@@ -200,17 +200,13 @@ class MpiOptions:
         check_launched(self)
 
 
-class MpiRunner:
+class MpiRunner(launch.LaunchedRunner):
     """Real ranks on the hostfile's hosts (or this one); ``--baseline mpi`` times MPI's own collective too."""
 
     name = "mpi"
-    real_hardware = True
     runtime_file = None
     Options = MpiOptions
     baselines = {"mpi": "MPI's own"}
-
-    def hosts(self, options: MpiOptions) -> tuple[str, ...]:
-        return launch.hosts(options.launcher, options.hostfile)
 
     def measure(self, target: Algorithm, sizes: Sequence[int], options: MpiOptions) -> pd.DataFrame:
         return measure_many([target], sizes, options)[0]

@@ -87,16 +87,12 @@ def rank_command(options: MscclppOptions, plan: Path, sizes: Sequence[int], out:
                    "--out", str(out)] + (["--check"] if options.check else [])
 
 
-class MscclppRunner:
+class MscclppRunner(launch.LaunchedRunner):
     """MSCCL++ execution plans on GPUs, through MSCCL++'s Python executor."""
 
     name = "mscclpp"
-    real_hardware = True
     runtime_file = MSCCLPP_PLAN
     Options = MscclppOptions
-
-    def hosts(self, options: MscclppOptions) -> tuple[str, ...]:
-        return launch.hosts(options.launcher, options.hostfile)
 
     def measure(self, target, sizes: Sequence[int], options: MscclppOptions) -> pd.DataFrame:
         return measure(target, sizes, options)

@@ -152,16 +152,12 @@ class NcclTestsOptions:
               "-x (Open MPI), -genv (MPICH) or nothing (inherit)")
 
 
-class NcclTestsRunner:
+class NcclTestsRunner(launch.LaunchedRunner):
     """nccl-tests with MSCCL XML loaded, on the launcher's hosts."""
 
     name = "nccl-tests"
-    real_hardware = True
     runtime_file = MSCCL_XML
     Options = NcclTestsOptions
-
-    def hosts(self, options: NcclTestsOptions) -> tuple[str, ...]:
-        return launch.hosts(options.launcher, options.hostfile)
 
     def measure(self, target: Algorithm | str | Path, sizes: Sequence[int], options: NcclTestsOptions) -> pd.DataFrame:
         return measure(target, sizes, options)
