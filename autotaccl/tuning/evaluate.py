@@ -162,3 +162,83 @@ def runner_times(algorithm: Algorithm, sizes: Sequence[int], runner: Runner, opt
 
 def results_frame(results: Sequence[SizeResult]) -> pd.DataFrame:
     return pd.DataFrame([asdict(r) for r in results])
+
+
+SWITCH = "switch"        # the prefix of a trial's switch candidate in MLflow (metrics, artifacts) and Optuna
+
+
+@dataclass(frozen=True)
+class SwitchCandidate:
+    """A trial's second algorithm: the schedule synthesized for a runtime that runs switch operations,
+    scored in the simulator beside the XML-loadable one (which alone sets the trial's objective)."""
+    synth: Synthesized
+    results: Sequence[SizeResult]
+    runtimes: tuple[str, ...]        # the export's runtimes that load it (tuning/runtimes.runs_on)
+
+    def attrs(self) -> dict[str, Any]:
+        """The Optuna user attributes it is recorded under."""
+        return {f"{SWITCH}_results": [asdict(r) for r in self.results], f"{SWITCH}_score": score(self.results),
+                f"{SWITCH}_cache_key": self.synth.key, f"{SWITCH}_runtimes": list(self.runtimes)}
+
+
+def switch_options(graph: nx.DiGraph, collective: str, settings: Settings, runner: Runner,
+                   time_limit: float | None = None) -> SynthOptions | None:
+    """How a trial's switch candidate is synthesized (greedy, Simple x 1, no runtime's limits: the export
+    lowers it for the runtimes that run switch operations), or None where it has none: the profile's switch
+    does not reduce (no ``nccl.nvls``), the switch cannot run the collective, or the runner is real hardware
+    (mpi, nccl-tests move copies and run no switch operation; its measured times and a simulated switch time
+    would not compare)."""
+    from ..model import switch
+
+    profile = graph.graph.get("profile")
+    if (runner.real_hardware or collective not in switch.COLLECTIVES or profile is None
+            or profile.nccl.nvls is None):
+        return None
+    options: dict[str, Any] = {"engine": "greedy", "size": settings.synth_size, "threads": 1,
+                               "protocol": switch.PROTOCOL, "instances": 1}
+    if time_limit is not None:
+        options["time_limit"] = time_limit
+    return SynthOptions(**options)
+
+
+def switch_candidate(graph: nx.DiGraph, collective: str, sketch, settings: Settings, runner: Runner,
+                     cache: SynthesisCache, ref: Reference, time_limit: float | None = None) -> SwitchCandidate | None:
+    """The trial's switch candidate (:func:`switch_options`), synthesized through the cache and simulated at
+    every sweep size; None where there is none or its schedule uses no switch operation (copies won: the
+    XML-loadable one covers it) or the sketch admits none."""
+    from ..errors import InfeasibleError, InputError
+    from ..model.algorithm import VerificationError, switch_ops
+    from .runtimes import runs_on
+
+    options = switch_options(graph, collective, settings, runner, time_limit)
+    if options is None:
+        return None
+    try:
+        synth = synthesize_cached(graph, collective, sketch, options, cache)
+    except (InfeasibleError, InputError, VerificationError) as err:
+        log.info("no switch candidate: %s", err)
+        return None
+    if not switch_ops(synth.algorithm):
+        return None
+    times = simulate_times(synth.algorithm, graph, ref.sizes, options.protocol, options.instances)
+    results = size_results(times, ref, collective, graph.number_of_nodes(), simulated=True)
+    return SwitchCandidate(synth, results, runs_on(synth.algorithm, graph, options.protocol, options.instances))
+
+
+def switch_logged(candidate: SwitchCandidate | None) -> tuple[dict[str, float], dict[str, str], dict[str, str]]:
+    """(metrics, artifacts, tags) of a trial's MLflow run for its switch candidate: ``switch.time_us.<size>``,
+    ``switch.bound_pct.<size>``, ``switch.steps``/``.transfers``, ``switch/algorithm.json``, tag ``switch.runtimes``."""
+    import json
+
+    from ..model.algorithm import to_json
+
+    if candidate is None:
+        return {}, {}, {}
+    algorithm = candidate.synth.algorithm
+    metrics = {f"{SWITCH}.score": score(candidate.results), f"{SWITCH}.steps": float(algorithm.num_steps),
+               f"{SWITCH}.transfers": float(len(algorithm.transfers))}
+    for r in candidate.results:
+        metrics[f"{SWITCH}.time_us.{r.size}"] = r.time_us
+        metrics[f"{SWITCH}.bound_pct.{r.size}"] = r.bound_pct
+    tags = {f"{SWITCH}.runtimes": ",".join(candidate.runtimes) or "none", f"{SWITCH}.cache_key": candidate.synth.key}
+    return metrics, {f"{SWITCH}/algorithm.json": json.dumps(to_json(algorithm))}, tags

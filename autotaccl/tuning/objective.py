@@ -30,7 +30,7 @@ from ..safety import anchored, relative_inside
 from ..tracking import outbox
 from .cache import SynthesisCache
 from .evaluate import (SizeResult, WrongResults, results_frame, runner_times, score, simulate_times, size_results,
-                       synth_options, synthesize_cached)
+                       switch_candidate, switch_logged, synth_options, synthesize_cached)
 from .explore import enqueue_unseen, is_repeat, stuck
 from .lowered import lower_xml, lowering, unmeasured_settings
 from .reference import Reference, load_reference
@@ -181,6 +181,7 @@ class Objective:
         sim_score = score(sim)
         trial.set_user_attr("sim_score", sim_score)
         record["results"], record["fidelity"] = sim, "sim"
+        record["switch"] = self._switch(trial, sketch, st)
         if self.runner.real_hardware:
             best = best_sim_score(trial.study)
             if best is not None and sim_score > best * (1 + cfg.margin):
@@ -210,6 +211,14 @@ class Objective:
         self._log(trial, record, "COMPLETE", value=value)
         return value
 
+    def _switch(self, trial, sketch, st):
+        """The trial's switch candidate (``evaluate.switch_candidate``; None: none), kept in its user attrs."""
+        candidate = switch_candidate(self.graph, self.config.collective, sketch, st, self.runner, self.cache,
+                                     self.reference, self.config.synth_time_limit)
+        for key, value in (candidate.attrs() if candidate else {}).items():
+            trial.set_user_attr(key, value)
+        return candidate
+
     def _fail(self, trial: optuna.Trial, record: dict, reason: str) -> None:
         trial.set_user_attr("failure_reason", reason)
         self._log(trial, record, "FAIL", reason=reason)
@@ -230,7 +239,8 @@ class Objective:
         synth = replace(synth, cache_hit=attrs.get("cache_hit", synth.cache_hit), status=attrs.get("solver_status", synth.status),
                         seconds=attrs.get("synth_seconds", synth.seconds))
         record = {"params": params, "sketch": sketch, "settings": st, "options": options, "synth": synth,
-                  "results": [SizeResult(**r) for r in attrs["results"]], "fidelity": attrs.get("fidelity", "sim")}
+                  "results": [SizeResult(**r) for r in attrs["results"]], "fidelity": attrs.get("fidelity", "sim"),
+                  "switch": self._switch(_Kept(trial), sketch, st)}
         self._log(_Kept(trial), record, "COMPLETE", value=trial.value)
 
     # ------------------------------------------------------------------ MLflow
@@ -271,6 +281,8 @@ class Objective:
                 except Exception as err:   # lowering is reported, never fatal to a measured trial
                     tags["xml_error"] = str(err)[:2000]
                     trial.set_user_attr("xml_error", str(err)[:2000])
+                for logged, part in zip((metrics, artifacts, tags), switch_logged(record.get("switch"))):
+                    logged.update(part)
         results: list[SizeResult] | None = record.get("results")
         curves: dict[str, list[tuple[int, float]]] = {}
         if results:

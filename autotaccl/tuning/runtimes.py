@@ -17,6 +17,9 @@ RUNTIMES = ("msccl", "msccl-legacy", "mscclpp", "nccl")
 LEGACY_CAP = LEGACY_NO_LIMIT
 SIZE_MAX = (1 << 64) - 1
 TUNER_FILE = "nccl/nccl_tuner.conf"
+#: the runtimes that get files -> the loader (``formats.loading``) whose lowering writes them
+LOADERS = {"msccl": "msccl-executor", "msccl-legacy": "msccl", "mscclpp": "mscclpp"}
+XML = ("msccl", "msccl-legacy")      # the runtimes of MSCCL XML, which has no switch operations
 #: our collective -> the example plugin's name for it (it has no alltoall: an unknown name would silently
 #: become an allreduce rule in its parser, so none is written)
 TUNER_COLLECTIVES = {"allgather": "allgather", "reducescatter": "reducescatter", "allreduce": "allreduce",
@@ -33,6 +36,22 @@ TUNER_HEADER = """\
 # nBytes as NCCL passes it: the whole buffer, for allgather/reducescatter the total across ranks).
 # Rows are stock NCCL's own choice as `autotaccl nccl-model` predicts it; the first matching row wins.
 """
+
+
+def refusal(runtime: str, algorithm, graph, protocol: str = "Simple", instances: int = 1) -> str | None:
+    """Why ``runtime`` (of :data:`LOADERS`) cannot run ``algorithm`` run that way, in one line; None: it can.
+
+    The one rule of which runtime runs which candidate, for the sweep and the export: the runtime's own
+    lowering decides (``formats.loading.loader``), so a schedule with switch operations runs only where
+    the lowering writes them (never MSCCL XML), and no candidate gets past a runtime's limits."""
+    from ..formats.loading import loader
+
+    return loader(LOADERS[runtime], graph).problem(algorithm, protocol, instances)
+
+
+def runs_on(algorithm, graph, protocol: str = "Simple", instances: int = 1) -> tuple[str, ...]:
+    """The runtimes of :data:`LOADERS` that run ``algorithm`` (:func:`refusal`)."""
+    return tuple(r for r in LOADERS if refusal(r, algorithm, graph, protocol, instances) is None)
 
 
 def band_name(experiment: str, min_bytes: int, max_bytes: int | None) -> str:
