@@ -16,7 +16,7 @@ import os
 import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import optuna
 import pandas as pd
@@ -29,7 +29,7 @@ from ..safety import replaced_dir
 from ..sizes import format_size
 from . import runtimes as rt
 from .lowered import check, lower_plan_text, lower_xml, plan_protocol, run_settings
-from .winners import exportable, pick, record, run_entries
+from .winners import TIE, exportable, pick, record, run_entries
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,15 @@ class Range:
     tuner_lines: tuple[int, ...] = ()      # lines of nccl/nccl_tuner.conf that cover the band
     notes: tuple[str, ...] = ()
     swept: tuple[int, ...] = ()            # the swept sizes in the band
+    # what mscclpp/ serves: the best candidate an MSCCL++ plan runs (a trial's switch candidate too)
+    plan_winner: str = ""                  # "trial-N", "trial-N (switch)" or "baseline:<name>" ("": as winner)
+    plan_run_id: str = ""
+    plan_switch: bool = False
+    plan_time_us: tuple[float, ...] = ()
+    plan_protocol: str = "Simple"
+    plan_instances: int = 1
+    nccl_wins: tuple[bool, ...] = ()       # per size: stock NCCL (nccl-model) beats every candidate a runtime runs
+    why: str = ""                          # why msccl/ and mscclpp/ serve different candidates
 
     @property
     def sizes(self) -> str:
@@ -85,14 +94,36 @@ class Range:
     def speedup_vs_nccl(self) -> float | None:
         return _geomean(self.nccl_time_us, self.time_us) if self.nccl_time_us else None
 
+    @property
+    def nccl_fastest(self) -> bool:
+        """Stock NCCL's own algorithm (nccl-model) is faster than every candidate a runtime runs, at every size."""
+        return bool(self.nccl_wins) and all(self.nccl_wins)
+
     def served_by(self) -> dict[str, str]:
         """Runtime -> what serves the band there."""
         fallback = "stock NCCL (no file)"
         tuner = (f"{rt.TUNER_FILE} line {', '.join(map(str, self.tuner_lines))}" if self.tuner_lines
                  else "stock NCCL (no tuner row)")
+        if self.nccl_fastest and self.nccl_choice:
+            tuner += f" (winner: stock NCCL's {self.nccl_choice[0][0]}, faster than every candidate a runtime runs)"
+        elif self.xml or self.plans:
+            tuner += " (fallback: the synthesized algorithm needs msccl/mscclpp)"
         return {"msccl": self.xml or fallback, "msccl-legacy": self.legacy_xml or fallback,
-                "mscclpp": ", ".join(self.plans) or fallback,
-                "nccl": tuner if not self.xml else f"{tuner} (fallback: the synthesized algorithm needs msccl/mscclpp)"}
+                "mscclpp": ", ".join(self.plans) or fallback, "nccl": tuner}
+
+    def fastest(self) -> str:
+        """Who is fastest in the band: stock NCCL's algorithm (nccl-model), or the candidate of a runtime's file;
+        per swept size where that changes."""
+        def at(i: int) -> str:
+            if self.nccl_wins and self.nccl_wins[i] and self.nccl_choice:
+                return f"stock NCCL {'/'.join(map(str, self.nccl_choice[i][:2]))} (nccl-model)"
+            better = self.plan_time_us and self.plan_time_us[i] < self.time_us[i] * (1 - 1e-9)
+            return self.plan_winner if better else self.winner
+
+        each = [at(i) for i in range(len(self.swept))] or [self.winner]
+        if len(set(each)) == 1:
+            return each[0]
+        return "; ".join(f"{format_size(s)}: {w}" for s, w in zip(self.swept, each))
 
 
 def _geomean(reference: Sequence[float], times: Sequence[float]) -> float:
@@ -228,23 +259,28 @@ def excluded_runs(frame: pd.DataFrame) -> set[str]:
     return set(frame.run_id[~frame["tags.xml_error"].map(exportable)])
 
 
-def winners(frame: pd.DataFrame, sizes: Sequence[int], excluded: set[str]) -> list[dict]:
-    """Per size: the winner by :func:`autotaccl.tuning.winners.pick` and the fastest baseline."""
+def winners(frame: pd.DataFrame, sizes: Sequence[int], excluded: set[str], plan: bool = False,
+            rejected: Mapping[tuple[str, bool], str] | None = None) -> list[dict]:
+    """Per size: the winner by :func:`autotaccl.tuning.winners.pick` and the fastest baseline, among the trials'
+    XML-loadable algorithms or, ``plan``, among what an MSCCL++ plan runs: those and the trials' switch
+    candidates. ``rejected``: (run id, switch) of candidates the export could not write for that runtime."""
     is_base = frame["tags.autotaccl.kind"] == "baseline"
     trials = frame[~is_base & ~frame.run_id.isin(excluded)]
     bases = frame[is_base]
+    rejected = rejected or {}
     rows = []
     for size in sizes:
-        won, base = pick(run_entries(trials, size), run_entries(bases, size))
+        entries = run_entries(trials, size) + (run_entries(trials, size, switch=True) if plan else [])
+        won, base = pick([e for e in entries if (e.handle.run_id, e.switch) not in rejected], run_entries(bases, size))
         rows.append({"size": size, "run": won.handle, "trial": won.trial, "time_us": won.time_us,
-                     "baseline": str(base.trial), "baseline_time_us": base.time_us})
+                     "baseline": str(base.trial), "baseline_time_us": base.time_us, "switch": won.switch})
     return rows
 
 
-def _label(run: pd.Series) -> str:
+def _label(run: pd.Series, switch: bool = False) -> str:
     if run["tags.autotaccl.kind"] == "baseline":
         return f"baseline:{run['tags.baseline']}"
-    return f"trial-{run['tags.optuna.trial']}"
+    return f"trial-{run['tags.optuna.trial']}" + (" (switch)" if switch else "")
 
 
 def _param(run: pd.Series, name: str) -> str | None:
@@ -262,12 +298,21 @@ def _config(run: pd.Series) -> tuple[tuple[str, str], ...]:
 
 def ranges_for(experiment, frame: pd.DataFrame, excluded: set[str], nccl: dict[int, float] | None = None,
                choices: dict[int, tuple[str, str, int]] | None = None,
-               not_measured: Sequence[str] = (), ranks: int = 0) -> list[Range]:
+               not_measured: Sequence[str] = (), ranks: int = 0,
+               rejected: Mapping[str, Mapping[tuple[str, bool], str]] | None = None) -> list[Range]:
+    """The bands: adjacent sizes whose XML winner (msccl/, msccl-legacy/) and plan winner (mscclpp/) are the
+    same. ``rejected``: per file kind ("xml", "plan") the (run id, switch) candidates the export could not
+    write for it, and why (``export`` finds them)."""
     sizes = tracking.logged_sizes(frame)
-    nccl, choices = nccl or {}, choices or {}
-    groups: list[list[dict]] = []
-    for row in winners(frame, sizes, excluded):
-        if groups and groups[-1][-1]["run"].run_id == row["run"].run_id:
+    nccl, choices, rejected = nccl or {}, choices or {}, rejected or {}
+    xml_rows = winners(frame, sizes, excluded, rejected=rejected.get("xml"))
+    plan_rows = winners(frame, sizes, excluded, plan=True, rejected=rejected.get("plan"))
+    free_rows = winners(frame, sizes, excluded, plan=True) if rejected.get("plan") else plan_rows
+    groups: list[list[tuple[dict, dict, dict]]] = []
+    for row in zip(xml_rows, plan_rows, free_rows):
+        key = (row[0]["run"].run_id, row[1]["run"].run_id, row[1]["switch"])
+        last = groups[-1][-1] if groups else None
+        if last is not None and (last[0]["run"].run_id, last[1]["run"].run_id, last[1]["switch"]) == key:
             groups[-1].append(row)
         else:
             groups.append([row])
@@ -275,27 +320,57 @@ def ranges_for(experiment, frame: pd.DataFrame, excluded: set[str], nccl: dict[i
     nodes = int(tags.get("autotaccl.nodes", 0) or 0)
     out = []
     for i, group in enumerate(groups):
-        run = group[0]["run"]
-        skipped = tuple(k for k in not_measured if run["tags.autotaccl.kind"] != "baseline")
-        protocol, instances = run_settings(_param(run, "protocol") or "Simple",
-                                           int(float(_param(run, "instances") or 1)), skipped)
+        xml, plan = [g[0] for g in group], [g[1] for g in group]
+        run, plan_run = xml[0]["run"], plan[0]["run"]
+
+        def settings(run: pd.Series) -> tuple[tuple[str, ...], tuple[str, int]]:
+            skipped = tuple(k for k in not_measured if run["tags.autotaccl.kind"] != "baseline")
+            return skipped, run_settings(_param(run, "protocol") or "Simple",
+                                         int(float(_param(run, "instances") or 1)), skipped)
+
+        skipped, (protocol, instances) = settings(run)
+        plan_protocol, plan_instances = ("Simple", 1) if plan[0]["switch"] else settings(plan_run)[1]
 
         def per(key: str) -> tuple[float, ...]:
-            return tuple(float(run.get(f"metrics.{key}.{r['size']}", math.nan)) for r in group)
+            return tuple(float(run.get(f"metrics.{key}.{r['size']}", math.nan)) for r in xml)
 
+        swept = tuple(r["size"] for r in xml)
+        ours = [min(x["time_us"], p["time_us"]) for x, p in zip(xml, plan)]
         out.append(Range(
             experiment.name, tags.get("autotaccl.collective", ""), tags.get("autotaccl.target", ""), ranks,
-            group[0]["size"], group[-1]["size"], 0 if i == 0 else group[0]["size"],
-            groups[i + 1][0]["size"] - 1 if i + 1 < len(groups) else None, _label(run), run.run_id, protocol,
-            instances, tuple(r["time_us"] for r in group), group[0]["baseline"],
-            tuple(r["baseline_time_us"] for r in group),
-            tuple(nccl[r["size"]] for r in group) if all(r["size"] in nccl for r in group) else (),
-            trial=group[0]["trial"], nodes=nodes,
-            engine=_param(run, "engine") or ("baseline" if isinstance(group[0]["trial"], str) else ""),
+            swept[0], swept[-1], 0 if i == 0 else swept[0],
+            groups[i + 1][0][0]["size"] - 1 if i + 1 < len(groups) else None, _label(run), run.run_id, protocol,
+            instances, tuple(r["time_us"] for r in xml), xml[0]["baseline"],
+            tuple(r["baseline_time_us"] for r in xml),
+            tuple(nccl[s] for s in swept) if all(s in nccl for s in swept) else (),
+            trial=xml[0]["trial"], nodes=nodes,
+            engine=_param(run, "engine") or ("baseline" if isinstance(xml[0]["trial"], str) else ""),
             config=_config(run), not_measured=skipped, bound_pct=per("bound_pct"),
-            nccl_choice=tuple(choices[r["size"]] for r in group) if all(r["size"] in choices for r in group)
-            else (), swept=tuple(r["size"] for r in group)))
+            nccl_choice=tuple(choices[s] for s in swept) if all(s in choices for s in swept) else (),
+            swept=swept, plan_winner=_label(plan_run, plan[0]["switch"]), plan_run_id=plan_run.run_id,
+            plan_switch=plan[0]["switch"], plan_time_us=tuple(r["time_us"] for r in plan),
+            plan_protocol=plan_protocol, plan_instances=plan_instances,
+            nccl_wins=tuple(s in nccl and nccl[s] < t * (1 - TIE) for s, t in zip(swept, ours)),
+            why=_why(_label(run), _label(plan_run, plan[0]["switch"]), plan[0]["switch"],
+                     [g[2] for g in group], rejected.get("plan", {}))))
     return out
+
+
+def _why(xml: str, plan: str, switch: bool, free: Sequence[dict], rejected: Mapping[tuple[str, bool], str]) -> str:
+    """Why msccl/ and mscclpp/ serve different candidates in a band, and which faster one mscclpp/ could not
+    load ("" where nothing needs saying)."""
+    parts = []
+    if plan != xml:
+        if switch:
+            parts.append(f"mscclpp/ runs {plan}, a switch schedule; MSCCL XML has no switch operations, so msccl/ and "
+                         f"msccl-legacy/ serve the best XML-expressible: {xml}")
+        else:
+            parts.append(f"mscclpp/ serves {plan}, msccl/ and msccl-legacy/ {xml}")
+    lost = {(r["run"].run_id, r["switch"]): r for r in free if (r["run"].run_id, r["switch"]) in rejected}
+    for key, r in lost.items():
+        parts.append(f"mscclpp/: {_label(r['run'], r['switch'])}, faster here, does not load "
+                     f"({rejected[key].splitlines()[0][:300]}); mscclpp/ serves the best loadable: {plan}")
+    return "; ".join(parts)
 
 
 def _graph(client, frame: pd.DataFrame, tags, workdir: Path):
@@ -324,50 +399,84 @@ class Files:
     notes: tuple[str, ...] = ()
 
 
-def _files_for(client, rng: Range, graph, workdir: Path) -> tuple[Files | None, str]:
-    """Every runtime's file for a band's synthesized winner, or (None, why it cannot be exported)."""
+@dataclass(frozen=True)
+class Refused:
+    """A band's candidate the export cannot write for a kind of file: "all" (its algorithm is unusable),
+    "xml" (msccl/) or "plan" (mscclpp/); ``key``: (run id, switch)."""
+    kind: str
+    key: tuple[str, bool]
+    why: str
+
+
+def _algorithm(client, run_id: str, artifact: str, graph, workdir: Path):
+    """The verified algorithm a run logged as ``artifact``, or the reason it cannot be used."""
     try:
-        path = client.download_artifacts(rng.run_id, "algorithm.json", str(workdir))
-        algorithm = load_algorithm(path)
+        algorithm = load_algorithm(client.download_artifacts(run_id, artifact, str(workdir)))
         verify(algorithm, graph)
+        return algorithm, ""
     except (InputError, VerificationError, OSError) as err:
-        return None, f"algorithm of run {rng.run_id} not verified: {err}"
+        return None, f"algorithm of run {run_id} not verified: {err}"
     except Exception as err:   # a missing artifact (MlflowException)
-        return None, f"algorithm of run {rng.run_id} unavailable: {err}"
+        return None, f"algorithm of run {run_id} unavailable: {err}"
+
+
+def _files_for(client, rng: Range, graph, workdir: Path) -> tuple[Files | None, Refused | None]:
+    """Every runtime's file for a band's synthesized winners (msccl/ and msccl-legacy/ the XML winner's,
+    mscclpp/ the plan winner's), or (None, the candidate that cannot be written and why)."""
+    from .evaluate import SWITCH
+
+    if graph is None:
+        key = (rng.run_id, False) if not rng.winner.startswith("baseline:") else (rng.plan_run_id, rng.plan_switch)
+        return None, Refused("plan" if key[1] else "all", key, "the swept topology is unknown (no hardware.yaml "
+                                                               "logged, no shipped profile of that name)")
     stem = rt.band_name(rng.experiment, rng.min_bytes, rng.max_bytes)
     texts, notes = {}, []
-    if graph is None:
-        return None, "the swept topology is unknown (no hardware.yaml logged, no shipped profile of that name)"
-    try:
-        text = lower_xml(algorithm, rng.protocol, rng.instances, rng.min_bytes, rng.max_bytes)
-    except (InputError, ValueError) as err:
-        return None, f"lowering run {rng.run_id} failed: {err}"
-    report = check(text)
-    if not report.valid:
-        return None, f"XML of run {rng.run_id} failed check_xml: {report.first}"
-    texts[f"msccl/{stem}.xml"] = text
-    try:
-        legacy = lower_xml(algorithm, rng.protocol, rng.instances, rng.min_bytes,
-                           rt.LEGACY_CAP - 1 if rng.max_bytes is None else rng.max_bytes, runtime="msccl")
-        report = check(legacy, runtime="msccl")
-        if report.valid:
-            texts[f"msccl-legacy/{stem}.xml"] = legacy
-        else:
-            notes.append(f"msccl-legacy: XML failed check_xml ({report.first}); stock NCCL serves the band there")
-    except (InputError, ValueError) as err:
-        notes.append(f"msccl-legacy: not lowered ({err}); stock NCCL serves the band there")
-    proto = plan_protocol(rng.protocol)
-    if proto != rng.protocol:
-        notes.append(f"mscclpp: the plan runs {proto} (MSCCL++ has no {rng.protocol}); {NOT_MEASURED}")
+    algorithm = None
+    if not rng.winner.startswith("baseline:"):
+        algorithm, why = _algorithm(client, rng.run_id, "algorithm.json", graph, workdir)
+        if algorithm is None:
+            return None, Refused("all", (rng.run_id, False), why)
+        try:
+            text = lower_xml(algorithm, rng.protocol, rng.instances, rng.min_bytes, rng.max_bytes)
+        except (InputError, ValueError) as err:
+            return None, Refused("xml", (rng.run_id, False), f"lowering run {rng.run_id} failed: {err}")
+        report = check(text)
+        if not report.valid:
+            return None, Refused("xml", (rng.run_id, False), f"XML of run {rng.run_id} failed check_xml: {report.first}")
+        texts[f"msccl/{stem}.xml"] = text
+        try:
+            legacy = lower_xml(algorithm, rng.protocol, rng.instances, rng.min_bytes,
+                               rt.LEGACY_CAP - 1 if rng.max_bytes is None else rng.max_bytes, runtime="msccl")
+            report = check(legacy, runtime="msccl")
+            if report.valid:
+                texts[f"msccl-legacy/{stem}.xml"] = legacy
+            else:
+                notes.append(f"msccl-legacy: XML failed check_xml ({report.first}); stock NCCL serves the band there")
+        except (InputError, ValueError) as err:
+            notes.append(f"msccl-legacy: not lowered ({err}); stock NCCL serves the band there")
+    if rng.plan_winner.startswith("baseline:"):
+        return Files(texts, tuple(notes)), None
+    key = (rng.plan_run_id, rng.plan_switch)
+    if rng.plan_switch or rng.plan_run_id != rng.run_id or algorithm is None:
+        artifact = f"{SWITCH}/algorithm.json" if rng.plan_switch else "algorithm.json"
+        algorithm, why = _algorithm(client, rng.plan_run_id, artifact, graph, workdir)
+        if algorithm is None:
+            return None, Refused("plan" if rng.plan_switch else "all", key, why)
+    why = rt.refusal("mscclpp", algorithm, graph, plan_protocol(rng.plan_protocol), rng.plan_instances)
+    if why is not None:
+        return None, Refused("plan", key, why)
+    proto = plan_protocol(rng.plan_protocol)
+    if proto != rng.plan_protocol:
+        notes.append(f"mscclpp: the plan runs {proto} (MSCCL++ has no {rng.plan_protocol}); {NOT_MEASURED}")
     for mode, inplace in (("outofplace", False), ("inplace", True)):
         try:
-            texts[f"mscclpp/{stem}.{mode}.plan.json"] = lower_plan_text(algorithm, graph, proto, rng.instances,
+            texts[f"mscclpp/{stem}.{mode}.plan.json"] = lower_plan_text(algorithm, graph, proto, rng.plan_instances,
                                                                        rng.min_bytes, rng.max_bytes, inplace)
         except (InputError, ValueError) as err:
             if not inplace:
-                return None, f"MSCCL++ plan of run {rng.run_id} failed: {err}"
+                return None, Refused("plan", key, f"MSCCL++ plan of run {rng.plan_run_id} failed: {err}")
             notes.append(f"mscclpp: no in-place plan ({str(err).splitlines()[0][:200]})")
-    return Files(texts, tuple(notes)), ""
+    return Files(texts, tuple(notes)), None
 
 
 def export(tracking_uri: str, experiments: Sequence[str] | None, out_dir: str | Path) -> list[Range]:
@@ -399,20 +508,25 @@ def export(tracking_uri: str, experiments: Sequence[str] | None, out_dir: str | 
             nccl, choices = nccl_run(experiment.experiment_id)
             graph = _graph(client, frame, experiment.tags, work)
             ranks = 0 if graph is None else graph.number_of_nodes()
+            rejected: dict[str, dict[tuple[str, bool], str]] = {"xml": {}, "plan": {}}
             while True:
-                ranges = ranges_for(experiment, frame, excluded, nccl, choices, knobs, ranks)
-                files, rejected = {}, False
+                ranges = ranges_for(experiment, frame, excluded, nccl, choices, knobs, ranks, rejected)
+                files, refused = {}, None
                 for rng in ranges:
-                    if rng.winner.startswith("baseline:"):
+                    if rng.winner.startswith("baseline:") and rng.plan_winner.startswith("baseline:"):
                         continue
-                    got, why = _files_for(client, rng, graph, work)
-                    if got is None:
-                        notes.append(f"{experiment.name}: {rng.winner} rejected: {why}")
-                        excluded.add(rng.run_id)
-                        rejected = True
+                    got, refused = _files_for(client, rng, graph, work)
+                    if refused is not None:
+                        label = rng.plan_winner if refused.key == (rng.plan_run_id, rng.plan_switch) else rng.winner
+                        where = {"all": "", "xml": " for msccl/ and msccl-legacy/", "plan": " for mscclpp/"}
+                        notes.append(f"{experiment.name}: {label} rejected{where[refused.kind]}: {refused.why}")
+                        if refused.kind == "all":
+                            excluded.add(refused.key[0])
+                        else:
+                            rejected[refused.kind][refused.key] = refused.why
                         break
                     files[rng.min_bytes] = got
-                if not rejected:
+                if refused is None:
                     break
             ranges = _tuner(experiment.name, ranges, tuner_rows, notes)
             for rng in ranges:
@@ -424,7 +538,8 @@ def export(tracking_uri: str, experiments: Sequence[str] | None, out_dir: str | 
                 all_ranges.append(replace(
                     rng, xml=next((n for n in names if n.startswith("msccl/")), ""),
                     legacy_xml=next((n for n in names if n.startswith("msccl-legacy/")), ""),
-                    plans=tuple(n for n in names if n.startswith("mscclpp/")), notes=got.notes))
+                    plans=tuple(n for n in names if n.startswith("mscclpp/")),
+                    notes=got.notes + ((rng.why,) if rng.why else ())))
         shutil.rmtree(work)
         if tuner_rows:
             (tmp / "nccl").mkdir()
@@ -455,23 +570,40 @@ def _tuner(experiment: str, ranges: list[Range], rows: list[str], notes: list[st
     if len(choices) != len(sizes) or any(c[0] not in rt.TUNER_ALGORITHMS for c in choices):
         notes.append(f"{experiment}: no nccl-model prediction logged for every size; no nccl_tuner.conf rows")
         return ranges
+    wins = [w for r in ranges for w in r.nccl_wins]
     line = len(rt.TUNER_HEADER.splitlines()) + len("".join(rows).splitlines())
     rows.append(f"# {experiment} ({first.collective}, {first.nodes} node(s), {first.ranks} ranks)\n")
     line += 1
     out = []
-    segments = rt.tuner_segments(sizes, choices, [r.min_bytes for r in ranges])
     lines = []
-    for lo, hi, choice in segments:
+    for lo, hi, choice, index in rt.tuner_segments(sizes, choices, [r.min_bytes for r in ranges], wins):
         owner = next(r for r in ranges if r.min_bytes <= lo and (r.max_bytes is None or lo <= r.max_bytes))
-        why = "stock NCCL wins" if owner.winner.startswith("baseline:") else \
-            f"{owner.winner} wins here (msccl/, mscclpp/); stock NCCL's own choice for the fallback"
-        rows.append(f"# {rt.band_text(lo, hi)}: {why}\n{rt.tuner_row(first.collective, lo, hi, choice, first.nodes, first.ranks)}\n")
+        rows.append(f"# {rt.band_text(lo, hi)}: {_tuner_comment(owner, sizes[index])}\n"
+                    f"{rt.tuner_row(first.collective, lo, hi, choice, first.nodes, first.ranks)}\n")
         line += 2
         lines.append((lo, line))
     for r in ranges:
         own = tuple(n for lo, n in lines if r.min_bytes <= lo and (r.max_bytes is None or lo <= r.max_bytes))
         out.append(replace(r, tuner_lines=own))
     return out
+
+
+def _tuner_comment(band: Range, size: int) -> str:
+    """What a tuner row is, for the band's swept ``size`` it starts at: stock NCCL's own algorithm as the
+    winner (nccl-model predicts it faster than every candidate a runtime runs), or as the fallback."""
+    i = band.swept.index(size)
+    if band.nccl_wins and band.nccl_wins[i]:
+        algorithm, protocol, _ = band.nccl_choice[i]
+        ours = min(band.time_us[i], band.plan_time_us[i] if band.plan_time_us else math.inf)
+        return (f"stock NCCL's {algorithm}/{protocol} wins here: nccl-model predicts {band.nccl_time_us[i]:.1f} us, "
+                f"faster than every candidate a runtime runs (best {ours:.1f} us)")
+    if band.winner.startswith("baseline:") and band.plan_winner.startswith("baseline:"):
+        return "stock NCCL wins"
+    serving = [d for d, w in (("msccl/", band.winner), ("mscclpp/", band.plan_winner)) if not w.startswith("baseline:")]
+    who = band.winner if not band.winner.startswith("baseline:") else band.plan_winner
+    if band.plan_winner != band.winner and len(serving) == 2:
+        who = f"{band.winner} (msccl/), {band.plan_winner} (mscclpp/)"
+    return f"{who} wins here ({', '.join(serving)}); stock NCCL's own choice for the fallback"
 
 
 def _md(text: object) -> str:
@@ -496,11 +628,14 @@ def table_frame(ranges: Sequence[Range]) -> pd.DataFrame:
             "speedup_vs_nccl": None if r.speedup_vs_nccl is None else round(r.speedup_vs_nccl, 4),
             "bound_pct": ";".join(f"{p:.1f}" for p in r.bound_pct),
             "xml": r.xml, "msccl": served["msccl"], "msccl_legacy": served["msccl-legacy"],
-            "mscclpp": served["mscclpp"], "nccl": served["nccl"], "notes": " ".join(r.notes)})
+            "mscclpp": served["mscclpp"], "nccl": served["nccl"], "notes": " ".join(r.notes),
+            "mscclpp_winner": r.plan_winner or r.winner,
+            "mscclpp_time_us": ";".join(f"{t:.3f}" for t in r.plan_time_us),
+            "fastest": r.fastest(), "why": r.why})
     columns = ["experiment", "collective", "target", "ranks", "min_size", "max_size", "min_bytes", "max_bytes",
                "winner", "trial", "run_id", "engine", "config", "protocol", "instances", "not_measured", "time_us",
                "baseline", "speedup", "speedup_vs_nccl", "bound_pct", "xml", "msccl", "msccl_legacy", "mscclpp",
-               "nccl", "notes"]
+               "nccl", "notes", "mscclpp_winner", "mscclpp_time_us", "fastest", "why"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -513,8 +648,9 @@ def table_json(ranges: Sequence[Range], notes: Sequence[str]) -> dict:
 
 def markdown(table: pd.DataFrame) -> str:
     head = ("| collective | target | bytes (inclusive) | winner | engine | protocol | instances | "
-            "speed-up vs best baseline | speed-up vs NCCL | msccl | msccl-legacy | mscclpp | nccl |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+            "speed-up vs best baseline | speed-up vs NCCL | msccl | msccl-legacy | mscclpp winner | mscclpp | nccl | "
+            "fastest | why |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 
     def vs(value) -> str:
         return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.2f}x"
@@ -526,7 +662,8 @@ def markdown(table: pd.DataFrame) -> str:
              f"{_md(rt.band_text(r.min_bytes, None if r.max_bytes == '' else int(r.max_bytes)))} | {_md(r.winner)} | "
              f"{_md(r.engine)} | {knob(r.protocol, 'protocol', r)} | {knob(r.instances, 'instances', r)} | "
              f"{r.speedup:.2f}x | {vs(r.speedup_vs_nccl)} | {_md(r.msccl)} | {_md(r.msccl_legacy)} | "
-             f"{_md(r.mscclpp)} | {_md(r.nccl)} |" for r in table.itertuples()]
+             f"{_md(r.mscclpp_winner)} | {_md(r.mscclpp)} | {_md(r.nccl)} | {_md(r.fastest)} | {_md(r.why)} |"
+             for r in table.itertuples()]
     return "# Best algorithm per collective and size, and the file that serves it in each runtime\n\n" + head + \
         "\n".join(lines) + "\n"
 

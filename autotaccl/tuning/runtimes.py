@@ -34,7 +34,8 @@ TUNER_HEADER = """\
 # Load: NCCL_TUNER_PLUGIN=/path/to/libnccl-tuner-example.so NCCL_TUNER_CONFIG_FILE=/path/to/this/file
 # collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks (both byte bounds inclusive,
 # nBytes as NCCL passes it: the whole buffer, for allgather/reducescatter the total across ranks).
-# Rows are stock NCCL's own choice as `autotaccl nccl-model` predicts it; the first matching row wins.
+# Rows are stock NCCL's own choice as `autotaccl nccl-model` predicts it: the winner where a band's comment says
+# so (faster than every exported candidate), else the fallback; the first matching row wins.
 """
 
 
@@ -82,16 +83,18 @@ def tuner_row(collective: str, min_bytes: int, max_bytes: int | None, choice: tu
             f"{int(channels)},{nodes},{ranks}")
 
 
-def tuner_segments(sizes: Sequence[int], choices: Sequence[tuple[str, str, int]],
-                   starts: Sequence[int]) -> list[tuple[int, int | None, tuple[str, str, int]]]:
-    """Bands (min, max, choice) covering the size axis: a new one where nccl-model's choice changes at a
-    swept size or a band of ``starts`` (the export's bands) begins; the first from 0, the last open."""
-    cuts = sorted({0, *starts} | {s for i, s in enumerate(sizes) if i and choices[i] != choices[i - 1]})
+def tuner_segments(sizes: Sequence[int], choices: Sequence[tuple[str, str, int]], starts: Sequence[int],
+                   wins: Sequence[bool] = ()) -> list[tuple[int, int | None, tuple[str, str, int], int]]:
+    """Bands (min, max, choice, index of the swept size it starts at) covering the size axis: a new one where
+    nccl-model's choice or ``wins`` (stock NCCL is the winner) changes at a swept size or a band of ``starts``
+    (the export's bands) begins; the first from 0, the last open."""
+    keys = [(tuple(c), bool(wins[i]) if wins else False) for i, c in enumerate(choices)]
+    cuts = sorted({0, *starts} | {s for i, s in enumerate(sizes) if i and keys[i] != keys[i - 1]})
     out = []
     for i, lo in enumerate(cuts):
         hi = cuts[i + 1] - 1 if i + 1 < len(cuts) else None
         index = max([j for j, s in enumerate(sizes) if s <= lo] or [0])     # the swept size the band starts at
-        out.append((lo, hi, tuple(choices[index])))
+        out.append((lo, hi, tuple(choices[index]), index))
     return out
 
 

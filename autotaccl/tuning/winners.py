@@ -27,6 +27,7 @@ class Entry:
     cache_hit: bool = False
     handle: Any = None           # the caller's own record (an MLflow run, an Optuna trial)
     rank: int | None = None      # place among trials (default: the trial number; a retry: the trial it redoes)
+    switch: bool = False         # the trial's switch candidate (tuning/evaluate.SWITCH), not its XML-loadable one
 
     @property
     def is_baseline(self) -> bool:
@@ -55,7 +56,7 @@ def pick(trials: Iterable[Entry], baselines: Iterable[Entry]) -> tuple[Entry, En
     base = _fastest([e for e in baselines if e.time_us == e.time_us], lambda e: str(e.trial))
     if base is None:
         raise ValueError("no baseline time at this size")
-    best = _fastest(valid, lambda e: (e.steps, e.transfers, e.cache_hit and not e.is_retry, e.place, e.trial))
+    best = _fastest(valid, lambda e: (e.steps, e.transfers, e.cache_hit and not e.is_retry, e.place, e.trial, e.switch))
     if best is not None and best.time_us < base.time_us * (1 - TIE):
         return best, base
     return base, base
@@ -86,9 +87,11 @@ def trial_entries(trials: Iterable[Any], size: int) -> list[Entry]:
             for t in trials if exportable(t.user_attrs.get("xml_error")) and (r := result_at(t, size)) is not None]
 
 
-def run_entries(runs: Any, size: int) -> list[Entry]:
-    """MLflow runs (rows of ``search_runs``) at ``size``: trials by Optuna number, baselines by name."""
-    col = f"metrics.time_us.{size}"
+def run_entries(runs: Any, size: int, switch: bool = False) -> list[Entry]:
+    """MLflow runs (rows of ``search_runs``) at ``size``: trials by Optuna number, baselines by name;
+    ``switch``: the trials' switch candidates (their ``switch.*`` metrics) instead."""
+    prefix = "switch." if switch else ""
+    col = f"metrics.{prefix}time_us.{size}"
 
     def num(row, key: str) -> int:
         value = row.get(key)
@@ -101,7 +104,8 @@ def run_entries(runs: Any, size: int) -> list[Entry]:
         if row.get("tags.autotaccl.kind") == "baseline":
             out.append(Entry(str(row["tags.baseline"]), float(row[col]), handle=row))
         else:
-            out.append(Entry(int(row["tags.optuna.trial"]), float(row[col]), num(row, "metrics.steps"),
-                             num(row, "metrics.transfers"), str(row.get("tags.cache_hit")) == "true", row,
-                             int(rank) if isinstance(rank := row.get("tags.rank"), str) and rank.isdigit() else None))
+            out.append(Entry(int(row["tags.optuna.trial"]), float(row[col]), num(row, f"metrics.{prefix}steps"),
+                             num(row, f"metrics.{prefix}transfers"), str(row.get("tags.cache_hit")) == "true", row,
+                             int(rank) if isinstance(rank := row.get("tags.rank"), str) and rank.isdigit() else None,
+                             switch))
     return out
