@@ -318,3 +318,43 @@ def allpairs3(with_nop: bool = True, k: int = 1) -> str:
                   "    </tb>",
                   '    <tb id="4" send="-1" recv="-1" chan="0">', *local, "    </tb>", "  </gpu>"]
     return "\n".join(lines + ["</algo>"]) + "\n"
+
+
+# --------------------------------------------------------------------------- NCCL's example tuner plugin
+# A reader that follows plugins/tuner/example/plugin.c of NVIDIA/nccl: lines starting with '#' or empty are
+# skipped; a line is cut at commas (strtok: empty fields vanish), each field trimmed of spaces and tabs; 8 to
+# 10 fields make a rule; unknown names fall back (collective: allreduce, algorithm: ring, protocol: simple).
+# getCollInfo sets the channel count to 1, takes the first rule whose collective matches, with
+# min <= nBytes <= max, nNodes/nRanks equal or -1 (numPipeOps/regBuff likewise), and whose (algorithm,
+# protocol) NCCL has not marked ignored; it zeroes that cost and sets the channels unless the rule says -1.
+
+def plugin_rules(text: str) -> list[dict]:
+    rules = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("#") or line.startswith("\n"):
+            continue
+        fields = [f.strip(" \t") for f in line.rstrip("\n").split(",") if f != ""]
+        if not 8 <= len(fields) <= 10:
+            continue
+        fields += ["-1"] * (10 - len(fields))
+        coll = fields[0] if fields[0] in ("broadcast", "reduce", "allgather", "reducescatter", "allreduce") \
+            else "allreduce"
+        algo = fields[3] if fields[3] in ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree",
+                                          "pat") else "ring"
+        proto = fields[4] if fields[4] in ("ll", "ll128", "simple") else "simple"
+        rules.append({"coll": coll, "min": int(fields[1]), "max": int(fields[2]), "algo": algo, "proto": proto,
+                      "channels": int(fields[5]), "nodes": int(fields[6]), "ranks": int(fields[7]),
+                      "pipe": int(fields[8]), "reg": int(fields[9])})
+    return rules
+
+
+def plugin_choice(rules, coll: str, n_bytes: int, nodes: int, ranks: int, ignored=frozenset(),
+                  pipe_ops: int = 1, reg_buff: int = 0) -> tuple[str | None, str | None, int]:
+    """(algorithm, protocol, channels) the plugin hands NCCL; (None, None, 1) when no rule applies."""
+    for r in rules:
+        if (r["coll"] == coll and r["min"] <= n_bytes <= r["max"] and r["nodes"] in (-1, nodes)
+                and r["ranks"] in (-1, ranks) and r["pipe"] in (-1, pipe_ops) and r["reg"] in (-1, reg_buff)):
+            if (r["algo"], r["proto"]) in ignored:
+                continue
+            return r["algo"], r["proto"], 1 if r["channels"] == -1 else r["channels"]
+    return None, None, 1

@@ -80,6 +80,7 @@ class Range:
     plan_protocol: str = "Simple"
     plan_instances: int = 1
     nccl_wins: tuple[bool, ...] = ()       # per size: stock NCCL (nccl-model) beats every candidate a runtime runs
+    tuner_winners: tuple[int, ...] = ()    # the lines of tuner_lines whose row is stock NCCL as the winner
     why: str = ""                          # why msccl/ and mscclpp/ serve different candidates
 
     @property
@@ -94,18 +95,17 @@ class Range:
     def speedup_vs_nccl(self) -> float | None:
         return _geomean(self.nccl_time_us, self.time_us) if self.nccl_time_us else None
 
-    @property
-    def nccl_fastest(self) -> bool:
-        """Stock NCCL's own algorithm (nccl-model) is faster than every candidate a runtime runs, at every size."""
-        return bool(self.nccl_wins) and all(self.nccl_wins)
-
     def served_by(self) -> dict[str, str]:
         """Runtime -> what serves the band there."""
         fallback = "stock NCCL (no file)"
         tuner = (f"{rt.TUNER_FILE} line {', '.join(map(str, self.tuner_lines))}" if self.tuner_lines
                  else "stock NCCL (no tuner row)")
-        if self.nccl_fastest and self.nccl_choice:
-            tuner += f" (winner: stock NCCL's {self.nccl_choice[0][0]}, faster than every candidate a runtime runs)"
+        if self.tuner_winners:
+            some = set(self.tuner_winners) != set(self.tuner_lines)
+            which = f" on line {' and '.join(map(str, self.tuner_winners))}" if some else ""
+            algorithms = "/".join(sorted({c[0] for c, w in zip(self.nccl_choice, self.nccl_wins) if w}))
+            tuner += (f" (winner{which}: stock NCCL's {algorithms} is faster than every candidate a runtime runs"
+                      f"{'; elsewhere the fallback' if some and (self.xml or self.plans) else ''})")
         elif self.xml or self.plans:
             tuner += " (fallback: the synthesized algorithm needs msccl/mscclpp)"
         return {"msccl": self.xml or fallback, "msccl-legacy": self.legacy_xml or fallback,
@@ -581,10 +581,10 @@ def _tuner(experiment: str, ranges: list[Range], rows: list[str], notes: list[st
         rows.append(f"# {rt.band_text(lo, hi)}: {_tuner_comment(owner, sizes[index])}\n"
                     f"{rt.tuner_row(first.collective, lo, hi, choice, first.nodes, first.ranks)}\n")
         line += 2
-        lines.append((lo, line))
+        lines.append((lo, line, bool(wins) and wins[index]))
     for r in ranges:
-        own = tuple(n for lo, n in lines if r.min_bytes <= lo and (r.max_bytes is None or lo <= r.max_bytes))
-        out.append(replace(r, tuner_lines=own))
+        own = [(n, won) for lo, n, won in lines if r.min_bytes <= lo and (r.max_bytes is None or lo <= r.max_bytes)]
+        out.append(replace(r, tuner_lines=tuple(n for n, _ in own), tuner_winners=tuple(n for n, won in own if won)))
     return out
 
 
