@@ -187,6 +187,14 @@ def deploy_section(rows: Sequence[dict], export_dir: Path | None, page_dir: Path
             return "–"
         return "–" if math.isnan(v) else fmt.format(v)
 
+    def served(r: dict, col: str) -> str:
+        """Under the mscclpp cell, the candidate it serves where that is not the band's winner (a switch
+        schedule MSCCL XML cannot express, or what loads), with the export's reason on hover."""
+        plan = r.get("mscclpp_winner")
+        if col != "mscclpp" or not plan or plan == r.get("winner"):
+            return ""
+        return f"<br><span class=\"note\" title=\"{e(str(r.get('why') or ''))}\">{e(str(plan))}</span>"
+
     body = []
     for r in rows:
         hi = None if r.get("max_bytes") in ("", None) or (isinstance(r.get("max_bytes"), float)
@@ -201,7 +209,8 @@ def deploy_section(rows: Sequence[dict], export_dir: Path | None, page_dir: Path
             f"<td>{knob('protocol', r['protocol'])}</td><td>{knob('instances', r['instances'])}</td>"
             f"<td>{num(r.get('speedup_vs_nccl'), '{:.2f}x')}</td><td>{num(r.get('speedup'), '{:.2f}x')}</td>"
             f"<td>{_pct_range(r.get('bound_pct'))}</td>"
-            + "".join(f"<td class=\"l\">{link(r.get(col))}</td>" for col in ("msccl", "msccl_legacy", "mscclpp", "nccl"))
+            + "".join(f"<td class=\"l\">{link(r.get(col))}{served(r, col)}</td>"
+                      for col in ("msccl", "msccl_legacy", "mscclpp", "nccl"))
             + "</tr>")
     table = ("<table class=\"winners\"><tr><th>bytes (inclusive)</th><th class=\"l\">winner</th>"
              "<th class=\"l\">engine</th><th class=\"l\">sketch parameters</th><th>protocol</th><th>instances</th>"

@@ -1,4 +1,5 @@
-"""``autotaccl export``: the best verified algorithm per collective and size, as a table and MSCCL XML."""
+"""``autotaccl export``: the best verified algorithm per collective, size and runtime, as a table and the
+runtimes' files (MSCCL XML, MSCCL++ plans, an NCCL tuner config)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -42,8 +43,9 @@ def run(args) -> int:
             print(f"replayed {logged} run(s) recorded while the tracking server was unreachable")
     ranges = export(args.tracking_uri, args.experiment, args.out)
     for r in ranges:
+        plan = f"  mscclpp/: {r.plan_winner}" if r.plan_winner and r.plan_winner != r.winner else ""
         print(f"{r.experiment:<24} {r.sizes:<18} {r.winner:<22} {r.protocol:<6} {r.speedup:5.2f}x  "
-              f"{r.xml or '(stock NCCL)'}")
+              f"{r.xml or '(stock NCCL)'}{plan}")
     files = sum(len([f for f in (r.xml, r.legacy_xml, *r.plans) if f]) for r in ranges)
     print(f"wrote {args.out}/: table.csv, table.md, table.json, README.md, {files} MSCCL/MSCCL++ file(s)"
           f"{', nccl/nccl_tuner.conf' if (Path(args.out) / 'nccl' / 'nccl_tuner.conf').is_file() else ''}")

@@ -442,7 +442,8 @@ def _files_for(client, rng: Range, graph, workdir: Path) -> tuple[Files | None, 
             return None, Refused("xml", (rng.run_id, False), f"lowering run {rng.run_id} failed: {err}")
         report = check(text)
         if not report.valid:
-            return None, Refused("xml", (rng.run_id, False), f"XML of run {rng.run_id} failed check_xml: {report.first}")
+            return None, Refused("xml", (rng.run_id, False),
+                                 f"XML of run {rng.run_id} failed check_xml: {report.first}")
         texts[f"msccl/{stem}.xml"] = text
         try:
             legacy = lower_xml(algorithm, rng.protocol, rng.instances, rng.min_bytes,
@@ -509,21 +510,19 @@ def export(tracking_uri: str, experiments: Sequence[str] | None, out_dir: str | 
             graph = _graph(client, frame, experiment.tags, work)
             ranks = 0 if graph is None else graph.number_of_nodes()
             rejected: dict[str, dict[tuple[str, bool], str]] = {"xml": {}, "plan": {}}
+            written: dict[tuple, tuple[Files | None, Refused | None]] = {}    # a band's files, kept across rounds
             while True:
                 ranges = ranges_for(experiment, frame, excluded, nccl, choices, knobs, ranks, rejected)
                 files, refused = {}, None
                 for rng in ranges:
                     if rng.winner.startswith("baseline:") and rng.plan_winner.startswith("baseline:"):
                         continue
-                    got, refused = _files_for(client, rng, graph, work)
+                    band = (rng.min_bytes, rng.max_bytes, rng.run_id, rng.plan_run_id, rng.plan_switch)
+                    if band not in written:
+                        written[band] = _files_for(client, rng, graph, work)
+                    got, refused = written[band]
                     if refused is not None:
-                        label = rng.plan_winner if refused.key == (rng.plan_run_id, rng.plan_switch) else rng.winner
-                        where = {"all": "", "xml": " for msccl/ and msccl-legacy/", "plan": " for mscclpp/"}
-                        notes.append(f"{experiment.name}: {label} rejected{where[refused.kind]}: {refused.why}")
-                        if refused.kind == "all":
-                            excluded.add(refused.key[0])
-                        else:
-                            rejected[refused.kind][refused.key] = refused.why
+                        _refuse(experiment.name, rng, refused, frame, excluded, rejected, notes)
                         break
                     files[rng.min_bytes] = got
                 if refused is None:
@@ -551,6 +550,25 @@ def export(tracking_uri: str, experiments: Sequence[str] | None, out_dir: str | 
         (tmp / "README.md").write_text(readme(all_ranges, notes))
     _log_export(client, found, out, table)
     return all_ranges
+
+
+def _refuse(experiment: str, rng: Range, refused: Refused, frame: pd.DataFrame, excluded: set[str],
+            rejected: dict[str, dict[tuple[str, bool], str]], notes: list[str]) -> None:
+    """Keep ``refused`` out of the next round: from every file kind ("all") or from its own; a switch
+    candidate with every other trial's that is the same schedule (the same synthesis cache key)."""
+    label = rng.plan_winner if refused.key == (rng.plan_run_id, rng.plan_switch) else rng.winner
+    keys = [refused.key]
+    if refused.key[1] and "tags.switch.cache_key" in frame:
+        cache_key = frame.loc[frame.run_id == refused.key[0], "tags.switch.cache_key"]
+        keys = [(run, True) for run in frame.run_id[frame["tags.switch.cache_key"] == cache_key.iloc[0]]] or keys
+    same = f" (and {len(keys) - 1} other trial(s) with the same schedule)" if len(keys) > 1 else ""
+    where = {"all": "", "xml": " for msccl/ and msccl-legacy/", "plan": " for mscclpp/"}[refused.kind]
+    notes.append(f"{experiment}: {label}{same} rejected{where}: {refused.why}")
+    for key in keys:
+        if refused.kind == "all":
+            excluded.add(key[0])
+        else:
+            rejected[refused.kind][key] = refused.why
 
 
 def _tuner(experiment: str, ranges: list[Range], rows: list[str], notes: list[str]) -> list[Range]:
@@ -674,7 +692,15 @@ def readme(ranges: Sequence[Range], notes: Sequence[str]) -> str:
     placement_note = PLACEMENTS["anywhere"]
     load = rt.load_commands("/path/to/this/export")
     files = sorted({f for r in ranges for f in (r.xml, r.legacy_xml, *r.plans) if f})
-    bands = "\n".join(f"* {_md(r.collective)} {_md(r.sizes)}: {_md(r.winner)}" for r in ranges)
+    def band(r: Range) -> str:
+        text = f"* {_md(r.collective)} {_md(r.sizes)}: {_md(r.winner)}"
+        if r.plan_winner and r.plan_winner != r.winner:
+            text += f" (mscclpp/: {_md(r.plan_winner)})"
+        if any(r.nccl_wins):
+            text += f"; fastest: {_md(r.fastest())}"
+        return text + (f". {_md(r.why)}" if r.why else "")
+
+    bands = "\n".join(band(r) for r in ranges)
     text = f"""# Exported collective algorithms
 
 `table.md` / `table.csv` / `table.json` list, per collective and buffer-size band, the fastest verified
@@ -702,6 +728,10 @@ above which stock NCCL runs. Sizes no file selects (bands a baseline won) run st
 
     {load["mscclpp"]}
 
+Each band's plan is the fastest candidate an MSCCL++ plan runs: where a trial's switch schedule (NVLS
+multimem operations, which MSCCL XML cannot express) beats the XML-expressible winner, the plan is that
+schedule and `msccl/` keeps the best XML-expressible one (table columns `mscclpp_winner` and `why`); a
+candidate the MSCCL++ lowering refuses leaves the plan to the best one it loads, and `why` says so.
 `min_message_size`/`max_message_size` are inclusive (2^64-1: no limit). There is one plan per buffer mode
 (`.outofplace`, `.inplace`); the NCCL shim picks by world size, ranks per node, collective, in-place flag and size,
 and falls back to NCCL elsewhere. Placement: {placement_note} (each plan's `autotaccl.placement` says so), so
@@ -713,7 +743,9 @@ tensors from PyTorch's caching allocator, which sit inside bigger allocations, a
 
 One row per band, both bounds inclusive, `nNodes`/`nRanks` of the swept target; the plugin takes the
 first row that matches. Each row is stock NCCL's own choice (algorithm, protocol, channels) as nccl-model
-predicts it: where a baseline won, that is what to run; where a synthesized algorithm won, it is the
+predicts it (NVLS and NVLS-tree where the profile has them): where its comment says "wins here", nccl-model
+predicts it faster than every candidate a runtime's file runs, so it is the winner (the table's `fastest`
+says so too); where a baseline won, it is what to run; where a synthesized algorithm won, it is the
 fallback for a process that loads only the tuner. The example plugin runs 1 channel when no row matches
 or a row says -1, so every band has a row with an explicit channel count.
 
