@@ -177,3 +177,17 @@ def test_bands_split_where_mscclpp_and_msccl_serve_different_candidates_and_say_
     assert only.plan_winner == only.winner == "trial-0" and only.nccl_wins == (False, True)
     assert "trial-0 (switch), faster here, does not load (mscclpp: no switch operations)" in only.why
     assert only.fastest() == "1K: trial-0; 2K: stock NCCL ring/Simple (nccl-model)"
+
+
+def test_the_report_shows_what_mscclpp_serves_where_it_is_not_the_winner(tmp_path):
+    from dashboards.report import deploy_section
+
+    row = {"min_bytes": 0, "max_bytes": "", "winner": "trial-1", "engine": "greedy", "config": "", "protocol": "LL",
+           "instances": 1, "msccl": "msccl/a-from0-up.xml", "msccl_legacy": "stock NCCL (no file)",
+           "mscclpp": "mscclpp/a-from0-up.outofplace.plan.json", "nccl": "nccl/nccl_tuner.conf line 3",
+           "mscclpp_winner": "trial-0 (switch)", "why": "mscclpp/ runs trial-0 (switch), a switch schedule"}
+    page = deploy_section([row], tmp_path / "export", tmp_path / "report")
+    assert '<span class="note" title="mscclpp/ runs trial-0 (switch), a switch schedule">trial-0 (switch)</span>' in page
+    assert page.count("trial-0 (switch)</span>") == 1                       # under the mscclpp cell only
+    same = deploy_section([{**row, "mscclpp_winner": "trial-1"}], tmp_path / "export", tmp_path / "report")
+    assert "trial-1</span>" not in same
