@@ -362,8 +362,9 @@ def _why(xml: str, plan: str, switch: bool, free: Sequence[dict], rejected: Mapp
     parts = []
     if plan != xml:
         if switch:
+            stock = " (stock NCCL: no XML file)" if xml.startswith("baseline:") else ""
             parts.append(f"mscclpp/ runs {plan}, a switch schedule; MSCCL XML has no switch operations, so msccl/ and "
-                         f"msccl-legacy/ serve the best XML-expressible: {xml}")
+                         f"msccl-legacy/ serve the best XML-expressible: {xml}{stock}")
         else:
             parts.append(f"mscclpp/ serves {plan}, msccl/ and msccl-legacy/ {xml}")
     lost = {(r["run"].run_id, r["switch"]): r for r in free if (r["run"].run_id, r["switch"]) in rejected}
