@@ -48,10 +48,13 @@ def swept(tmp_path_factory):
     space.write_text(yaml.safe_dump(SPACE, sort_keys=False))
     out = tmp / "runs"
     fresh_store(out)
-    tune(TuneRequest(space=str(space), trials=3, out=str(out), sampler="random", seed=1, progress=False))
+    (summary,) = tune(TuneRequest(space=str(space), trials=3, out=str(out), sampler="random", seed=1,
+                                  progress=False))
     uri = f"sqlite:///{out / 'mlflow.db'}"
     target = tmp / "export"
     assert main(["export", "--tracking-uri", uri, "--experiment", EXPERIMENT, "-o", str(target)]) == 0
+    # `winner` (and table.json's "winners") stays the XML-loadable pick, the one `tune` names
+    assert json.loads((target / "table.json").read_text())["winners"] == summary.winners
     mlflow.set_tracking_uri(uri)
     runs = mlflow.search_runs(experiment_names=[EXPERIMENT])
     study = optuna.load_study(study_name=EXPERIMENT, storage=optuna.storages.JournalStorage(
