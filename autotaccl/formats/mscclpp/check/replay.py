@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..plan import Plan, channel_partners, remote_buffer
+from ..plan import BufferRef, Plan, channel_partners, remote_buffer, switch_channel
 from .report import Problem
+from .static import lone_pipeline_op
 
 _BUF = {"i": 0, "o": 1, "s": 2}
 _NAMES = "ios"
@@ -374,6 +375,7 @@ class Replay:
             np.maximum(t.pending, vc, out=t.pending)
 
     def _execute(self, t: _Tb, op) -> None:
+        op = lone_pipeline_op(op) or op
         name, rank, g, tb = op.name, t.rank, self.plan.gpus[t.rank], t.tb
         who = (rank, tb.id, t.pc, name, t.call)
         half = self.half(t.call)
@@ -452,6 +454,18 @@ class Replay:
                     rb = remote_buffer(g, tb, "memory", ref.buffer_id)
                     outs.append(self.cells(rb.rank, rb.type, ref, op.tbg, 0, via=rank))
             self._reduce(t.lane, t.epoch, t.vc, who, srcs, outs)
+        elif name in ("glres", "gstore"):
+            # multimem: a load-reduce reads the cell on every member and sums, a store writes every member;
+            # the address is the issuer's (its const offset), the scratch without the double-buffer half
+            if name == "glres":
+                buf, ranks = switch_channel(g, tb, op.src[0])
+                srcs = [self.cells(m, buf, op.src[0], op.tbg, 0, via=rank) for m in ranks]
+            else:
+                srcs = [self.cells(rank, op.src[0].type, op.src[0], op.tbg, half)]
+            buf, ranks = switch_channel(g, tb, op.dst[0])
+            dst = BufferRef(op.dst[0].index, op.src[0].size)        # the kernel takes the size from src_buff[0]
+            self._reduce(t.lane, t.epoch, t.vc, who, srcs,
+                         [self.cells(m, buf, dst, op.tbg, 0, via=rank) for m in ranks])
         else:
             self._packet_op(t, op, who, half)
 
