@@ -14,6 +14,7 @@ it reads starts its allocation on every rank.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 from ....model.algorithm import Algorithm
 from ..plan import (MAX_CHANNELS_PER_OP, MAX_SEMAPHORES_PER_OP, BufferRef, Channel, Gpu, Op, Plan, RemoteBuffer,
@@ -112,6 +113,23 @@ def render(algorithm: Algorithm, lay: Layout, sched: Schedule, flows: tuple[Flow
     return plan, owner
 
 
+def _extend(ops: list[Op], op: Op) -> bool:
+    """Fold switch operation ``op`` into the one before it where it continues it on both sides (pieces of
+    one cell range issued back to back: the same accesses in the same segment, one operation)."""
+    last = ops[-1]
+    if op.name not in ("glres", "gstore") or last.name != op.name:
+        return False
+    pairs = list(zip(last.src + last.dst, op.src + op.dst))
+    if any((a.type, a.switch_channel_id) != (b.type, b.switch_channel_id) or a.index + a.size != b.index
+           for a, b in pairs):
+        return False
+    def grow(refs, more):
+        return tuple(replace(r, size=r.size + m.size) for r, m in zip(refs, more))
+
+    ops[-1] = replace(last, src=grow(last.src, op.src), dst=grow(last.dst, op.dst))
+    return True
+
+
 def _switch_channels(algorithm, lay: Layout, slots) -> dict[int, tuple[tuple[tuple[int, ...], str], ...]]:
     """rank -> its switch channels (group, buffer type): per group one per buffer type its operations
     address, listed alike on every member (the executor joins each group's NVLS connection collectively)."""
@@ -183,7 +201,9 @@ class _Block:
     def render(self, tb_id: int, items: list[Item]) -> ThreadBlock:
         ops: list[Op] = []
         for it in items:
-            ops.extend(self.ops(it))
+            for op in self.ops(it):
+                if not (ops and _extend(ops, op)):
+                    ops.append(op)
             if it.release:
                 ops.append(Op("nop"))
                 ids = sorted(set(it.release))
