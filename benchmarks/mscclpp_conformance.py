@@ -8,7 +8,7 @@ reader takes it (it follows the executor's parser), the checker's verdict for th
 is for, the verdict with the buffers inside bigger allocations (``--offsets``), and how many port puts
 send straight from the input or output (the rule that makes a plan depend on where its buffers sit). Then it lists, per JSON level (top, GPU, channel, remote buffer, thread block, its channel and
 buffer refs, each operation name, buffer references), the keys our lowered plans write that none of the
-given files has, and the keys the files have that ours never write.
+given files has, and the keys the files have that ours never write (ours include a switch schedule's plan).
 """
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ from autotaccl.errors import InputError
 from autotaccl.formats.mscclpp import PlanOptions, check_plan, lower_plan, read_plan, to_json
 from autotaccl.model.hardware import load_hardware
 from autotaccl.model.topology import build_topology
+from autotaccl.sketch import default_sketch, logical_topology
+from autotaccl.synth.greedy.switch import switch_schedule
 
 
 def keys(doc: dict, out: dict[str, set]) -> None:
@@ -45,7 +47,8 @@ def keys(doc: dict, out: dict[str, set]) -> None:
                 out[f"op:{op.get('name')}"] |= set(op)
                 for side in ("src_buff", "dst_buff"):
                     for ref in op.get(side, []):
-                        out["buffer_ref:local" if "type" in ref else "buffer_ref:peer"] |= set(ref)
+                        kind = "local" if "type" in ref else "switch" if "switch_channel_id" in ref else "peer"
+                        out[f"buffer_ref:{kind}"] |= set(ref)
 
 
 def port_puts_from_buffers(plan) -> int:
@@ -63,6 +66,9 @@ def ours() -> dict[str, set]:
         graph = build_topology(load_hardware(hw), nodes)
         for proto in ("Simple", "LL"):
             keys(to_json(lower_plan(baseline(graph, coll, algo), graph, PlanOptions(proto=proto))), out)
+    graph = build_topology(load_hardware("dgx-h100"), 2)         # switch channels, glres and gstore
+    lt = logical_topology(graph, "allreduce", default_sketch(graph, "allreduce"), 1 << 30)
+    keys(to_json(lower_plan(switch_schedule(lt, (1,)), graph, PlanOptions())), out)
     return out
 
 
@@ -90,8 +96,9 @@ def main() -> None:
     mine = ours()
     print("\nkeys per level: ours only / theirs only")
     for level in sorted(set(mine) | set(theirs)):
+        absent = level not in theirs
         only_ours, only_theirs = sorted(mine[level] - theirs[level]), sorted(theirs[level] - mine[level])
-        if level not in theirs:
+        if absent:
             only_ours = ["(level absent from the given files)"]
         if only_ours or only_theirs:
             print(f"  {level:<32} {', '.join(only_ours) or '-':<40} {', '.join(only_theirs) or '-'}")

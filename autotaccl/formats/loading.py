@@ -4,9 +4,9 @@ with (``SynthOptions.runtime``), one per runtime the lowerings write for.
 A candidate loads when its lowering with the run's protocol and instances fits every limit of the
 runtime (``formats.msccl.program.LIMITS``: XML nodes and thread blocks per rank, steps per thread
 block, ...; ``formats.mscclpp.plan``: resident thread blocks, operations per thread block, ...): the
-lowering itself decides, so synthesis and the files a user writes never disagree. None of them runs
-switch operations yet (MSCCL XML has none; the MSCCL++ plans' switch channels are not written): their
-lowerings refuse a schedule with any, and synthesis for them offers none (``Loader.switch``).
+lowering itself decides, so synthesis and the files a user writes never disagree. Only MSCCL++ runs
+switch operations (its plans' switch channels, ``Loader.switch``); MSCCL XML has none, so the XML
+lowerings refuse a schedule with any and synthesis for those runtimes offers none.
 """
 from __future__ import annotations
 
@@ -47,4 +47,4 @@ def loader(runtime: str, graph: nx.DiGraph | None = None) -> Loader:
             return f"{runtime}: {err}"
         return None
 
-    return Loader(runtime, problem)
+    return Loader(runtime, problem, switch=runtime == MSCCLPP)

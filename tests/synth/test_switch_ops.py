@@ -131,9 +131,10 @@ def test_synthesis_takes_the_switch_where_it_is_faster_and_xml_runtimes_never_ge
     # the switch beats the best copy-only schedule, and no copy-only schedule reaches its time
     assert simulate(any_runtime, h100, G).time_us < 0.8 * simulate(xml, h100, G).time_us
     assert simulate(any_runtime, h100, G).time_us < attainable_us(h100, "allreduce", G, switch=False)
-    # a runtime that cannot run switch operations says so: its lowering refuses them first
-    for runtime in ("msccl-executor", "msccl", "mscclpp"):
+    # a runtime that cannot run switch operations says so: its lowering refuses them first; MSCCL++ loads them
+    for runtime in ("msccl-executor", "msccl"):
         assert "runs no switch operations" in loader(runtime, h100).problem(any_runtime, "Simple", 1)
+    assert loader("mscclpp", h100).switch and loader("mscclpp", h100).problem(any_runtime, "Simple", 1) is None
 
 
 def test_protocols_without_multimem_get_no_switch_schedule(h100):
@@ -150,15 +151,16 @@ def test_switch_schedule_pieces_cut_every_owner_cell(h100):
     assert all(t.op == "switch_reduce" for t in one.transfers)
 
 
-def test_the_lowerings_refuse_switch_operations(h100):
-    """Lowered directly (``autotaccl lower``), a schedule through the switch is one refusal, not a crash."""
+def test_the_xml_lowering_refuses_switch_operations_and_the_plan_lowering_writes_them(h100):
+    """Lowered directly (``autotaccl lower``), a schedule through the switch is one refusal for MSCCL XML,
+    not a crash; an MSCCL++ plan runs it (tests/formats/mscclpp/test_switch_lower.py)."""
     from autotaccl.formats import msccl, mscclpp
 
     algorithm = nvls_allreduce(8)
     with pytest.raises(msccl.LoweringError, match="no switch operations"):
         msccl.lower_program(algorithm)
-    with pytest.raises(mscclpp.LoweringError, match="no switch operations"):
-        mscclpp.lower_plan(algorithm, h100)
+    plan = mscclpp.lower_plan(algorithm, h100)
+    assert {op.name for g in plan.gpus for tb in g.threadblocks for op in tb.ops} >= {"glres"}
 
 
 def test_the_mpi_runner_refuses_switch_operations():

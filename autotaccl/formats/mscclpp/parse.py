@@ -6,7 +6,8 @@ GPU ``id`` equal to its position, the three chunk counts, ``threadblocks``, ``ch
 ``name``; per buffer reference ``index`` and ``size``), applies the parser's defaults to what it reads
 with ``value(...)`` (``reuse_resources``, ``num_threads_per_block``, ``use_double_scratch_buffer``,
 ``buffer_alignment``, the message sizes, ``semaphores``, ``remote_buffer_refs``) and refuses every name
-the parser would throw on (operation, buffer, channel type). Anything else is
+the parser would throw on (operation, buffer, channel type), and switch (NVLS) entries the executor
+would index unchecked or fail to join (a group without the GPU, a switch id past the lists). Anything else is
 :class:`~autotaccl.errors.InputError` naming the JSON path. Whether the plan *works* is the checker's job.
 """
 from __future__ import annotations
@@ -136,8 +137,11 @@ def _gpu(rd: _Reader, data: Any, rank: int, ranks: int) -> Gpu:
             for k, grp in enumerate(rd.get(ch, "rank_groups", w, "list")):
                 gw = f"{w}.rank_groups[{k}]"
                 grp = rd.obj(grp, gw)
-                groups.append((rd.get(grp, "size", gw, "int", high=MAX_CHUNKS),
-                               rd.ints(grp, "ranks", gw, ranks - 1)))
+                members = rd.ints(grp, "ranks", gw, ranks - 1)
+                if rank not in members or len(set(members)) != len(members):
+                    raise rd.fail(f"{gw}.ranks", f"distinct ranks that include this GPU ({rank}): the executor "
+                                                 "joins the group's NVLS connection and throws if it is not a member")
+                groups.append((rd.get(grp, "size", gw, "int", high=MAX_CHUNKS), members))
             channels.append(Channel("switch", buffer_type=rd.choice(ch, "buffer_type", w, BUFFERS),
                                     rank_groups=tuple(groups)))
         else:
@@ -156,12 +160,13 @@ def _gpu(rd: _Reader, data: Any, rank: int, ranks: int) -> Gpu:
     for i, sem in enumerate(rd.get(g, "semaphores", where, "list", [])):
         w = f"{where}.semaphores[{i}]"
         semaphores.append(rd.get(rd.obj(sem, w), "init_value", w, "int", high=1 << 30))
-    tbs = tuple(_threadblock(rd, tb, f"{where}.threadblocks[{t}]", t)
+    switches = sum(len(ch.rank_groups) for ch in channels if ch.type == "switch")
+    tbs = tuple(_threadblock(rd, tb, f"{where}.threadblocks[{t}]", t, switches)
                 for t, tb in enumerate(rd.get(g, "threadblocks", where, "list")))
     return Gpu(rank, *chunks, tbs, tuple(channels), tuple(remote), tuple(semaphores))
 
 
-def _threadblock(rd: _Reader, data: Any, where: str, position: int) -> ThreadBlock:
+def _threadblock(rd: _Reader, data: Any, where: str, position: int, switches: int) -> ThreadBlock:
     tb = rd.obj(data, where)
     if rd.get(tb, "id", where, "int", high=MAX_ITEMS) != position:
         raise rd.fail(f"{where}.id", f"{position} (the executor keeps operations in list order but channels by id)")
@@ -172,18 +177,26 @@ def _threadblock(rd: _Reader, data: Any, where: str, position: int) -> ThreadBlo
         kind = rd.choice(ch, "channel_type", w, ("memory", "port", "switch"))
         if "buff" in ch:
             rd.choice(ch, "buff", w, BUFFERS)
-        channels.append((kind, rd.ints(ch, "channel_ids", w)))
+        ids = rd.ints(ch, "channel_ids", w)
+        if kind == "switch":
+            for k, c in enumerate(ids):
+                if c >= switches:
+                    raise rd.fail(f"{w}.channel_ids[{k}]", f"one of the GPU's {switches} switch channels (one per "
+                                                           "rank group; the executor indexes them unchecked)")
+        channels.append((kind, ids))
+    tb_switches = sum(len(ids) for kind, ids in channels if kind == "switch")
     refs = []
     for i, ref in enumerate(rd.get(tb, "remote_buffer_refs", where, "list", [])):
         w = f"{where}.remote_buffer_refs[{i}]"
         ref = rd.obj(ref, w)
         refs.append((rd.choice(ref, "access_channel_type", w, ("memory", "port")),
                      rd.ints(ref, "remote_buffer_ids", w)))
-    ops = tuple(_op(rd, op, f"{where}.ops[{k}]") for k, op in enumerate(rd.get(tb, "ops", where, "list")))
+    ops = tuple(_op(rd, op, f"{where}.ops[{k}]", tb_switches)
+                for k, op in enumerate(rd.get(tb, "ops", where, "list")))
     return ThreadBlock(position, ops, tuple(channels), tuple(refs))
 
 
-def _op(rd: _Reader, data: Any, where: str, inner: bool = False) -> Op:
+def _op(rd: _Reader, data: Any, where: str, switches: int, inner: bool = False) -> Op:
     op = rd.obj(data, where)
     name = rd.choice(op, "name", where, OP_NAMES)
     channel_type = rd.choice(op, "channel_type", where, ("memory", "port", "switch", "none"), None)
@@ -203,11 +216,15 @@ def _op(rd: _Reader, data: Any, where: str, inner: bool = False) -> Op:
             kinds = [k for k in ("type", "buffer_id", "switch_channel_id") if k in ref]
             if len(kinds) != 1:
                 raise rd.fail(w, "exactly one of type (a local buffer), buffer_id (a peer's) or switch_channel_id")
+            switch = rd.get(ref, "switch_channel_id", w, "int", None, high=255)
+            if switch is not None and switch >= switches:
+                raise rd.fail(f"{w}.switch_channel_id", f"one of the thread block's {switches} switch channels "
+                                                        "(the executor indexes them unchecked)")
             refs.append(BufferRef(rd.get(ref, "index", w, "int", high=MAX_CHUNKS),
                                   rd.get(ref, "size", w, "int", high=MAX_CHUNKS),
                                   type=rd.choice(ref, "type", w, BUFFERS, None),
                                   buffer_id=rd.get(ref, "buffer_id", w, "int", None, high=255),
-                                  switch_channel_id=rd.get(ref, "switch_channel_id", w, "int", None, high=255)))
+                                  switch_channel_id=switch))
         bufs[key] = tuple(refs)
     sems = rd.ints(op, "semaphore_ids", where, None, None)
     barrier = rd.get(op, "barrier_id", where, "int", None, high=1 << 20)
@@ -221,7 +238,7 @@ def _op(rd: _Reader, data: Any, where: str, inner: bool = False) -> Op:
         ctx = rd.obj(op.get("iter_context"), w)
         iter_context = {"unit_size": rd.get(ctx, "unit_size", w, "int", low=1, high=1 << 32),
                         "num_chunks": rd.get(ctx, "num_chunks", w, "int", high=MAX_CHUNKS)}
-        inner_ops = tuple(_op(rd, o, f"{where}.ops[{k}]", inner=True)
+        inner_ops = tuple(_op(rd, o, f"{where}.ops[{k}]", switches, inner=True)
                           for k, o in enumerate(rd.get(op, "ops", where, "list")))
     return Op(name, channel_type, channel_ids, bufs["src_buff"], bufs["dst_buff"], sems, barrier, nblocks, tbg,
               reduce_op, inner_ops, iter_context)

@@ -158,6 +158,12 @@ class Gpu:
     remote_buffers: tuple[RemoteBuffer, ...] = ()
     semaphores: tuple[int, ...] = ()                  # initial values
 
+    def switch_channels(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """(buffer type, ranks) of each switch (NVLS) channel in the executor's numbering: one per rank
+        group, across the GPU's switch entries in order."""
+        return tuple((ch.buffer_type, ranks) for ch in self.channels if ch.type == "switch"
+                     for _, ranks in ch.rank_groups)
+
     def peers(self, kind: str) -> tuple[int, ...]:
         """The peer of each channel of ``kind``, in the executor's numbering."""
         return tuple(p for ch in self.channels if ch.type == kind for p in ch.peers)
@@ -223,6 +229,12 @@ def channel_partners(plan: Plan) -> dict[tuple[int, str, int], tuple[int, int] |
                     if peer < len(plan.gpus) else []
                 out[(gpu.id, kind, j)] = (peer, back[k]) if k < len(back) else None
     return out
+
+
+def switch_channel(gpu: Gpu, tb: ThreadBlock, ref: BufferRef) -> tuple[str, tuple[int, ...]]:
+    """(buffer type, ranks) of the switch channel a ``switch_channel_id`` reference names (the reader
+    checked that it resolves)."""
+    return gpu.switch_channels()[tb.channel_list("switch")[ref.switch_channel_id]]
 
 
 def remote_buffer(gpu: Gpu, tb: ThreadBlock, kind: str, buffer_id: int) -> RemoteBuffer | None:

@@ -7,7 +7,7 @@ from collections import defaultdict
 
 from ..plan import (COLLECTIVES, MAX_BUFFERS_PER_OP, MAX_CHANNELS, MAX_CHANNELS_PER_OP, MAX_OPERATIONS,
                     MAX_REMOTE_BUFFERS, MAX_RESIDENT_TBS, MAX_SEMAPHORES_PER_OP, MAX_SYNCERS, PACKET_OPS, Gpu, Op,
-                    Plan, ThreadBlock, channel_partners, remote_buffer)
+                    Plan, ThreadBlock, channel_partners, remote_buffer, switch_channel)
 from .report import Problem
 
 # operand kinds: L a local plain buffer, P local scratch in packet form, R a peer's plain buffer, RP a peer's
@@ -29,14 +29,17 @@ SHAPES: dict[str, tuple[tuple[tuple[str, ...], str | None], tuple[tuple[str, ...
     "respkt": ((("L",), "P"), (("L",), "RP")),
     "recpkt": ((("L",), "P"), (("L", "P"), None)),
     "recspkt": ((("L",), "P"), (("L", "P"), "RP")),
+    "glres": ((("W",), None), (("W",), None)),       # W: a switch channel's buffer on every member
+    "gstore": ((("L",), None), (("W",), None)),
 }
 PAIRED = frozenset(("put", "pws", "pwsf", "get", "ppkt"))     # one size per entry (the others: the first's)
 SYNC_OPS = frozenset(("signal", "wait", "rlxsignal", "rlxwait", "flush"))
 CHANNELED = SYNC_OPS | frozenset(("put", "pws", "pwsf", "get", "res", "rre", "rres", "ppkt", "rppkt", "respkt",
                                   "recspkt"))
 MEMORY_ONLY = frozenset(("get", "res", "rre", "rres", "respkt", "recspkt"))
-UNMODELLED = {"glres": "NVLS multimem", "gstore": "NVLS multimem", "gstorepkt": "NVLS multimem",
-              "pipeline": "pipelined loops"}
+UNMODELLED = {"gstorepkt": "NVLS multimem packets", "pipeline": "pipelined loops"}
+#: a pipeline of one of these alone runs it unit by unit over its whole range: the same accesses
+ELEMENTWISE = frozenset(("glres", "gstore", "copy"))
 SIGNALS = frozenset(("signal", "rlxsignal"))
 WAITS = frozenset(("wait", "rlxwait"))
 
@@ -91,10 +94,38 @@ def static_problems(plan: Plan, ranks_per_node: int | None) -> tuple[list[Proble
     return errors, warnings
 
 
+def lone_pipeline_op(op: Op) -> Op | None:
+    """The operation a pipeline runs over its whole range (one elementwise operation, ``num_chunks`` at least
+    its size), which the replay runs in its place; None if the pipeline is something else."""
+    if op.name != "pipeline" or len(op.inner) != 1 or op.inner[0].name not in ELEMENTWISE:
+        return None
+    inner = op.inner[0]
+    size = max((r.size for r in inner.src + inner.dst), default=0)
+    return inner if (op.iter_context or {}).get("num_chunks", 0) >= size else None
+
+
+def _switch_problems(plan: Plan, g: Gpu) -> list[Problem]:
+    """Every member of a switch channel's group lists the same group, in the same order among the groups
+    the two share: the executor joins the NVLS connections one by one, collectively."""
+    out = []
+    mine = g.switch_channels()
+    for k, (_, ranks) in enumerate(mine):
+        for m in ranks:
+            if m == g.id:
+                continue
+            theirs = [grp for _, grp in plan.gpus[m].switch_channels() if g.id in grp]
+            ours = [grp for _, grp in mine if m in grp]
+            if theirs != ours:
+                out.append(Problem(f"switch channel {k} (ranks {list(ranks)}): rank {m} does not list the same groups "
+                                   f"with this rank in the same order ({[list(x) for x in theirs]} against "
+                                   f"{[list(x) for x in ours]}), so the executor's NVLS connections do not match",
+                                   rank=g.id))
+                return out
+    return out
+
+
 def _gpu_problems(plan: Plan, g: Gpu, errors: list, warnings: list) -> None:
-    if any(ch.type == "switch" for ch in g.channels):
-        errors.append(Problem("switch (NVLS) channels: the checker does not model multimem operations", rank=g.id))
-        return
+    errors.extend(_switch_problems(plan, g))
     for i, rb in enumerate(g.remote_buffers):
         if rb.rank == g.id:
             errors.append(Problem(f"remote_buffers[{i}] is the rank's own {rb.type} buffer", rank=g.id))
@@ -106,6 +137,9 @@ def _gpu_problems(plan: Plan, g: Gpu, errors: list, warnings: list) -> None:
         if tb.num_operations > MAX_OPERATIONS:
             errors.append(Problem(f"{tb.num_operations} operations; the executor allows {MAX_OPERATIONS} per thread "
                                   f"block ({tb.num_operations - MAX_OPERATIONS} too many)", **where))
+        if len(tb.channel_list("switch")) > MAX_CHANNELS:
+            errors.append(Problem(f"{len(tb.channel_list('switch'))} switch channels; at most {MAX_CHANNELS} per "
+                                  "thread block", **where))
         for kind in ("memory", "port"):
             ids = tb.channel_list(kind)
             if len(ids) > MAX_CHANNELS:
@@ -140,6 +174,9 @@ def _gpu_problems(plan: Plan, g: Gpu, errors: list, warnings: list) -> None:
 
 def _op_problem(plan: Plan, g: Gpu, tb: ThreadBlock, op: Op) -> str | None:
     name = op.name
+    if lone_pipeline_op(op) is not None:
+        op = lone_pipeline_op(op)
+        name = op.name
     if name in UNMODELLED:
         return f"{name}: the checker does not model {UNMODELLED[name]}"
     if name in PACKET_OPS and plan.protocol != "LL":
@@ -221,6 +258,19 @@ def _op_problem(plan: Plan, g: Gpu, tb: ThreadBlock, op: Op) -> str | None:
 
 def _ref_problem(plan: Plan, g: Gpu, tb: ThreadBlock, op: Op, ref, kind: str) -> str | None:
     packet = kind in ("P", "RP")
+    if kind == "W":
+        if ref.switch_channel_id is None:
+            return "expected a switch channel's buffer (switch_channel_id)"
+        buf, ranks = switch_channel(g, tb, ref)
+        for m in ranks:
+            owner = plan.gpus[m]
+            size = {"i": owner.input_chunks, "o": owner.output_chunks, "s": owner.scratch_chunks}[buf]
+            if ref.index + ref.size > size:
+                return (f"{buf}[{ref.index}..{ref.index + ref.size}) through the switch is outside rank {m}'s {buf} "
+                        f"({size} chunks)")
+        return None
+    if ref.switch_channel_id is not None:
+        return "a switch channel's buffer where the kernel reads a local or a peer's buffer"
     if kind in ("L", "P"):
         if ref.type is None:
             return "expected a local buffer (type)"

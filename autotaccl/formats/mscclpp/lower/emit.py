@@ -14,14 +14,15 @@ it reads starts its allocation on every rank.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 from ....model.algorithm import Algorithm
 from ..plan import (MAX_CHANNELS_PER_OP, MAX_SEMAPHORES_PER_OP, BufferRef, Channel, Gpu, Op, Plan, RemoteBuffer,
                     ThreadBlock)
-from .layout import Layout, Loc, canonical
+from .layout import Layout, Loc, SwitchMove, canonical
 from .schedule import Flow, Item, Schedule
 
-_KIND_ORDER = {"pair": 0, "recv": 1, "send": 2, "local": 3}
+_KIND_ORDER = {"pair": 0, "recv": 1, "send": 2, "local": 3, "switch": 4}
 
 
 class _Slots:
@@ -72,7 +73,7 @@ def render(algorithm: Algorithm, lay: Layout, sched: Schedule, flows: tuple[Flow
     R = coll.ranks
     slots = _Slots(lay, proto, coll, inplace)
     kinds = sched.channel_kind
-    all_flows = sorted(set(flows))
+    all_flows = sorted(kinds)
     chan: dict[tuple[int, Flow], int] = {}
     peers: dict[tuple[int, str], list[int]] = defaultdict(list)
     for r in range(R):
@@ -82,6 +83,7 @@ def render(algorithm: Algorithm, lay: Layout, sched: Schedule, flows: tuple[Flow
                 chan[(r, f)] = len(peers[(r, kind)])
                 peers[(r, kind)].append(peer)
     moves = {m.t: m for m in lay.moves}
+    switches = _switch_channels(algorithm, lay, slots)
     remote: dict[int, dict[tuple[int, str], set]] = defaultdict(lambda: defaultdict(set))
     for b in sched.blocks.values():
         for it in b.items:
@@ -97,9 +99,11 @@ def render(algorithm: Algorithm, lay: Layout, sched: Schedule, flows: tuple[Flow
         tbs = []
         for tb_id, key in enumerate(keys):
             owner[(r, tb_id)] = key
-            tbs.append(_Block(algorithm, slots, moves, chan, kinds, remote_ids[r], r).render(tb_id,
-                                                                                          sched.blocks[key].items))
+            tbs.append(_Block(algorithm, slots, moves, chan, kinds, remote_ids[r], r, switches.get(r, ())).render(
+                tb_id, sched.blocks[key].items))
         channels = tuple(Channel(kind, tuple(peers[(r, kind)])) for kind in ("memory", "port") if peers[(r, kind)])
+        channels += tuple(Channel("switch", buffer_type=buf, rank_groups=((len(group), group),))
+                          for group, buf in switches.get(r, ()))
         buffers = tuple(RemoteBuffer(peer, buf, tuple(sorted(remote[r][(peer, buf)])))
                         for (peer, buf) in sorted(remote[r]))
         gpus.append(Gpu(r, coll.input_chunks(r), coll.output_chunks(r), slots.scratch_chunks(r), tuple(tbs), channels,
@@ -109,13 +113,46 @@ def render(algorithm: Algorithm, lay: Layout, sched: Schedule, flows: tuple[Flow
     return plan, owner
 
 
+def _extend(ops: list[Op], op: Op) -> bool:
+    """Fold switch operation ``op`` into the one before it where it continues it on both sides (pieces of
+    one cell range issued back to back: the same accesses in the same segment, one operation)."""
+    last = ops[-1]
+    if op.name not in ("glres", "gstore") or last.name != op.name:
+        return False
+    pairs = list(zip(last.src + last.dst, op.src + op.dst))
+    if any((a.type, a.switch_channel_id) != (b.type, b.switch_channel_id) or a.index + a.size != b.index
+           for a, b in pairs):
+        return False
+    def grow(refs, more):
+        return tuple(replace(r, size=r.size + m.size) for r, m in zip(refs, more))
+
+    ops[-1] = replace(last, src=grow(last.src, op.src), dst=grow(last.dst, op.dst))
+    return True
+
+
+def _switch_channels(algorithm, lay: Layout, slots) -> dict[int, tuple[tuple[tuple[int, ...], str], ...]]:
+    """rank -> its switch channels (group, buffer type): per group one per buffer type its operations
+    address, listed alike on every member (the executor joins each group's NVLS connection collectively)."""
+    used: dict[tuple[int, ...], set[str]] = defaultdict(set)
+    for m in lay.moves:
+        if isinstance(m, SwitchMove):
+            for loc in list((m.read or {}).values()) + list(m.land.values()):
+                used[m.group].add(slots.far(m.rank, loc)[0])
+    out: dict[int, list] = defaultdict(list)
+    for group in sorted(used):
+        for buf in sorted(used[group]):
+            for r in group:
+                out[r].append((group, buf))
+    return {r: tuple(v) for r, v in out.items()}
+
+
 class _Block:
     """Renders one block's items; collects the channels and peer buffers its operations name."""
 
-    def __init__(self, algorithm, slots, moves, chan, kinds, remote_ids, rank) -> None:
+    def __init__(self, algorithm, slots, moves, chan, kinds, remote_ids, rank, switches=()) -> None:
         self.algorithm, self.slots, self.moves, self.chan, self.kinds = algorithm, slots, moves, chan, kinds
-        self.remote_ids, self.rank = remote_ids, rank
-        self.channels: dict[str, list[int]] = {"memory": [], "port": []}
+        self.remote_ids, self.rank, self.switches = remote_ids, rank, switches
+        self.channels: dict[str, list[int]] = {"memory": [], "port": [], "switch": []}
         self.buffers: dict[str, list[int]] = {"memory": [], "port": []}
 
     def channel(self, flow: Flow) -> tuple[str, int]:
@@ -125,6 +162,31 @@ class _Block:
         if c not in ids:
             ids.append(c)
         return kind, ids.index(c)
+
+    def switch_ref(self, group, loc: tuple[str, int], n: int) -> BufferRef:
+        """A reference to ``loc`` on every member of ``group`` through their switch channel."""
+        buf, idx = loc
+        c = self.switches.index((group, buf))
+        ids = self.channels["switch"]
+        if c not in ids:
+            ids.append(c)
+        return BufferRef(idx, n, switch_channel_id=ids.index(c))
+
+    def switch(self, move: SwitchMove) -> list[Op]:
+        r = self.rank
+        far = {c: self.slots.far(r, loc) for c, loc in move.land.items()}
+        if move.read is not None:
+            near = {c: self.slots.far(r, loc) for c, loc in move.read.items()}
+        else:                                # a store reads the issuer's slot through its real pointer
+            near = {c: self.slots.index(r, loc) for c, loc in move.source.items()}
+        out = []
+        for (src, dst), n in runs(list(move.land), [near, far]):
+            if move.read is not None:
+                out.append(Op("glres", "switch", None, (self.switch_ref(move.group, src, n),),
+                              (self.switch_ref(move.group, dst, n),), reduce_op="sum"))
+            else:
+                out.append(Op("gstore", "switch", None, (self.local(src, n),), (self.switch_ref(move.group, dst, n),)))
+        return out
 
     def peer_buffer(self, peer: int, buf: str, kind: str) -> int:
         rid = self.remote_ids[(peer, buf)]
@@ -139,7 +201,9 @@ class _Block:
     def render(self, tb_id: int, items: list[Item]) -> ThreadBlock:
         ops: list[Op] = []
         for it in items:
-            ops.extend(self.ops(it))
+            for op in self.ops(it):
+                if not (ops and _extend(ops, op)):
+                    ops.append(op)
             if it.release:
                 ops.append(Op("nop"))
                 ids = sorted(set(it.release))
@@ -156,9 +220,11 @@ class _Block:
         if kind == "acquire":
             return [Op("sem_acquire", semaphore_ids=tuple(it.sems[i:i + MAX_SEMAPHORES_PER_OP]))
                     for i in range(0, len(it.sems), MAX_SEMAPHORES_PER_OP)]
-        if kind in ("rlxsignal", "rlxwait", "wait"):
+        if kind in ("rlxsignal", "rlxwait", "wait", "signal"):
             ctype, c = self.channel(it.flow)
             return [Op(kind, channel_type=ctype, channel_ids=(c,))]
+        if kind == "switch":
+            return self.switch(self.moves[it.move])
         if kind == "copy":
             src, dst, n = it.copies
             r = self.rank

@@ -34,8 +34,27 @@ class Move:
 
 
 @dataclass(frozen=True)
+class SwitchMove:
+    """Switch operation ``t`` (issued by ``rank`` over ``group``) in buffer slots: a load-reduce reads
+    ``read`` on every member (one slot, the same on all: the multicast address is the issuer's), a store
+    reads the issuer's ``source``; both write ``land`` on every member. ``fused``: the store of the same
+    cells that follows the load-reduce, written with it as one glres."""
+    t: int
+    rank: int
+    group: tuple[int, ...]
+    read: dict[int, Loc] | None
+    source: dict[int, Loc] | None
+    land: dict[int, Loc]
+    fused: int | None = None
+
+
+class Unlowerable(Exception):
+    """A switch operation whose cells the plan cannot address (the message says why)."""
+
+
+@dataclass(frozen=True)
 class Layout:
-    moves: tuple[Move, ...]
+    moves: tuple[Move | SwitchMove, ...]
     finals: dict[int, tuple[tuple[Loc, Loc], ...]]     # rank -> (from, to) copies at the end
     plain: tuple[int, ...]                             # plain scratch slots per rank
     packet: tuple[int, ...]                            # packet scratch slots per rank
@@ -71,6 +90,11 @@ def layout(algorithm: Algorithm, packets: tuple[bool, ...], inplace: bool) -> La
             uses[(tr.src, c)].append(t)
             if tr.op == "reduce":
                 uses[(tr.dst, c)].append(t)
+            if tr.op == "switch_reduce":
+                for m in tr.group:
+                    if m != tr.src:
+                        uses[(m, c)].append(t)
+    fused = fusions(algorithm)
 
     def cell(rank: int, loc: Loc) -> tuple:
         return canonical(coll, rank, loc, inplace)
@@ -103,8 +127,64 @@ def layout(algorithm: Algorithm, packets: tuple[bool, ...], inplace: bool) -> La
     for c in range(coll.num_chunks):
         for r in sorted(coll.precondition(c)):
             place(r, c, ("i", coll.input_index(r, c)))
+    def common(rank: int, group, c: int, t: int, source: Loc | None) -> Loc | None:
+        """The chunk's output slot if it is the same on every member and free to land in directly."""
+        h = home(rank, c)
+        if h is None:
+            return None
+        for m in group:
+            hm = home(m, c)
+            if hm is None or cell(m, hm)[1:] != cell(rank, h)[1:]:
+                return None
+            same = m == rank and source is not None and cell(m, source) == cell(m, hm)
+            mine = switched.get(cell(m, hm), {rank}) == {rank}     # touched by none but this rank's switch ops
+            if not same and (cell(m, hm) in touched or not mine or not free(m, hm, c, t)):
+                return None
+        return h
+
+    def fresh_common(group) -> Loc:
+        x = max(plain[m] for m in group)
+        for m in group:
+            plain[m] = x + 1
+        return ("s", x)
+
+    def switch_move(t: int, tr) -> SwitchMove:
+        r, group = tr.src, tr.group
+        read = source = None
+        land: dict[int, Loc] = {}
+        if tr.op == "switch_reduce":
+            read = {}
+            for c in tr.chunks:
+                where = {cell(m, cur[(m, c)])[1:] for m in group}
+                if len(where) != 1:
+                    raise Unlowerable(f"transfer {t} load-reduces chunk {c} over ranks {list(group)}, which hold it "
+                                      f"at different places ({sorted(where)}): the switch reads one address")
+                read[c] = cur[(r, c)]
+        else:
+            source = {c: cur[(r, c)] for c in tr.chunks}
+        last = fused.get(t)
+        for c in tr.chunks:
+            h = common(r, group, c, t, source[c] if source else None) if last is not None or source else None
+            land[c] = h if h is not None else fresh_common(group)
+        for c in tr.chunks:
+            for m in group:
+                if read is not None:
+                    switched[cell(m, read[c])].add(r)
+                switched[cell(m, land[c])].add(r)
+            if source is not None:
+                switched[cell(r, source[c])].add(r)
+            for m in (group if source is not None or last is not None else (r,)):
+                place(m, c, land[c])
+        return SwitchMove(t, r, group, read, source, land, last)
+
     moves = []
+    switched: dict[tuple, set[int]] = defaultdict(set)     # cells switch ops touched, by issuing rank
+    absorbed = set(fused.values())
     for t, tr in enumerate(algorithm.transfers):
+        if tr.group:
+            if t not in absorbed:
+                moves.append(switch_move(t, tr))
+            continue
         s, d = tr.src, tr.dst
         read = {c: cur[(s, c)] for c in tr.chunks}
         touched.update(cell(s, loc) for loc in read.values())
@@ -116,7 +196,8 @@ def layout(algorithm: Algorithm, packets: tuple[bool, ...], inplace: bool) -> La
         else:
             for c in tr.chunks:
                 h = home(d, c)
-                direct = h is not None and cell(d, h) not in touched and free(d, h, c, t)
+                direct = h is not None and cell(d, h) not in touched and cell(d, h) not in switched and \
+                    free(d, h, c, t)
                 land[c] = h if direct else fresh(d, "s")
         if tr.op == "reduce":
             operand = {c: cur[(d, c)] for c in tr.chunks}
@@ -145,6 +226,26 @@ def layout(algorithm: Algorithm, packets: tuple[bool, ...], inplace: bool) -> La
     return Layout(tuple(moves), {r: tuple(v) for r, v in finals.items()}, tuple(plain), tuple(packet))
 
 
+def fusions(algorithm: Algorithm) -> dict[int, int]:
+    """switch_reduce -> the switch_broadcast of the same cells from the same rank over the same group that
+    next touches any of them (nothing in between does): the pair is one glres, as MSCCL++'s DSL fuses
+    them (the executor has no load-reduce without a store)."""
+    out: dict[int, int] = {}
+    pending: dict[int, int] = {}                 # chunk -> open switch_reduce
+    for t, tr in enumerate(algorithm.transfers):
+        opened = {pending.pop(c) for c in tr.chunks if c in pending}
+        if len(opened) == 1 and tr.op == "switch_broadcast":
+            u = opened.pop()
+            first = algorithm.transfers[u]
+            if (first.src, first.group, sorted(first.chunks)) == (tr.src, tr.group, sorted(tr.chunks)):
+                out[u] = t
+                continue
+        if tr.op == "switch_reduce":
+            for c in tr.chunks:
+                pending[c] = t
+    return out
+
+
 def staged(algorithm: Algorithm, lay: Layout, port: tuple[bool, ...]) -> Layout:
     """``lay`` with every port-channel transfer (``port[t]``) that reads the input or output reading a
     fresh plain scratch slot instead, which the sender fills by a local copy just before (``stage``)."""
@@ -152,7 +253,7 @@ def staged(algorithm: Algorithm, lay: Layout, port: tuple[bool, ...]) -> Layout:
     moves, stage = [], {}
     for m in lay.moves:
         src = algorithm.transfers[m.t].src
-        if not port[m.t] or all(loc[0] not in ("i", "o") for loc in m.read.values()):
+        if isinstance(m, SwitchMove) or not port[m.t] or all(loc[0] not in ("i", "o") for loc in m.read.values()):
             moves.append(m)
             continue
         read, copies = dict(m.read), []

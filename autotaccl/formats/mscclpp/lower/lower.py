@@ -21,12 +21,13 @@ from ....model.topology import NETWORK
 from ..check.check import check_plan
 from ..plan import MAX_OPERATIONS, MAX_RESIDENT_TBS, NO_LIMIT, Plan, to_json
 from .emit import render
-from .layout import layout, staged
+from .layout import Unlowerable, layout, staged
 from .options import PLACEMENTS, LoweringError, PlanOptions
 from .schedule import Flow, schedule
 
 log = logging.getLogger(__name__)
 MAX_ROUNDS = 64
+SWITCH_BARRIER_OPS = 24     # a switch block's two tree barriers and nops, at most (the rest: switch operations)
 
 
 def lower_plan(algorithm: Algorithm, graph: nx.DiGraph, options: PlanOptions | None = None) -> Plan:
@@ -42,21 +43,25 @@ def lower_plan(algorithm: Algorithm, graph: nx.DiGraph, options: PlanOptions | N
         raise LoweringError(source, "algorithm", f"an algorithm that passes verify on {graph.graph.get('name')} "
                             f"({err})") from None
     if switch_ops(algorithm):
-        raise LoweringError(source, "transfers", f"copies and reduces only (mscclpp runs no switch operations "
-                                                 f"(multimem) until its switch channels are written; this "
-                                                 f"algorithm has {switch_ops(algorithm)})")
+        _check_switch(algorithm, opts, source)
     expanded, instance = replicate(algorithm, opts.instances)
     kinds_of = {(u, v): "port" if kind == NETWORK else "memory" for u, v, kind in graph.edges(data="kind")}
-    packets = tuple(opts.proto == "LL" and kinds_of[(t.src, t.dst)] == "memory" for t in expanded.transfers)
-    lay = layout(expanded, packets, opts.inplace)
+    packets = tuple(opts.proto == "LL" and not t.group and kinds_of[(t.src, t.dst)] == "memory"
+                    for t in expanded.transfers)
+    try:
+        lay = layout(expanded, packets, opts.inplace)
+    except Unlowerable as err:
+        raise LoweringError(source, "transfers", f"switch operations a plan can address ({err})") from None
     if opts.placement == "anywhere":
-        lay = staged(expanded, lay, tuple(kinds_of[(t.src, t.dst)] == "port" for t in expanded.transfers))
-    base = [(t.src, t.dst, i, t.link) for t, i in zip(expanded.transfers, instance)]
+        lay = staged(expanded, lay, tuple(not t.group and kinds_of[(t.src, t.dst)] == "port"
+                                          for t in expanded.transfers))
+    base = [None if t.group else (t.src, t.dst, i, t.link) for t, i in zip(expanded.transfers, instance)]
     members: dict[tuple, list[int]] = defaultdict(list)
     for t, key in enumerate(base):
-        members[key].append(t)
+        if key is not None:
+            members[key].append(t)
     parts = {key: 1 for key in members}
-    final_parts = 1
+    final_parts = switch_parts = 1
     coll = expanded.collective
     meta = {"ranks_per_node": graph.graph["gpus_per_node"], "topology": graph.graph.get("name", ""),
             "source": source, "placement": opts.placement, "placement_note": PLACEMENTS[opts.placement]}
@@ -66,8 +71,11 @@ def lower_plan(algorithm: Algorithm, graph: nx.DiGraph, options: PlanOptions | N
     max_bytes = NO_LIMIT if opts.max_bytes is None else opts.max_bytes
     for _ in range(MAX_ROUNDS):
         flows = _flows(base, members, parts)
-        kinds = {f: kinds_of[(f[0], f[1])] for f in set(flows)}
-        sched = schedule(expanded, lay, flows, kinds, opts.inplace, final_parts)
+        kinds = {f: kinds_of[(f[0], f[1])] for f in set(flows) if f is not None}
+        try:
+            sched = schedule(expanded, lay, flows, kinds, opts.inplace, final_parts, switch_parts)
+        except Unlowerable as err:
+            raise LoweringError(source, "transfers", f"switch operations a plan can order ({err})") from None
         plan, owner = render(expanded, lay, sched, flows, opts.proto, opts.inplace, name, opts.min_bytes, max_bytes,
                              meta)
         _check_resident(plan, source)      # splitting only adds thread blocks: refuse before it
@@ -76,11 +84,15 @@ def lower_plan(algorithm: Algorithm, graph: nx.DiGraph, options: PlanOptions | N
         if not over:
             break
         grow: dict[tuple, int] = {}
-        finals = final_parts
+        finals, switches = final_parts, switch_parts
         for rank, tb, n in over:
             key = owner[(rank, tb)]
             if key[0] == "local":     # the most any rank's final copies need, from this round's parts
                 finals = max(finals, final_parts + 1, math.ceil(final_parts * n / (MAX_OPERATIONS - 4)))
+                continue
+            if key[0] == "switch":    # its barriers stay: only the switch operations spread
+                switches = max(switches, switch_parts + 1,
+                               math.ceil(switch_parts * n / (MAX_OPERATIONS - SWITCH_BARRIER_OPS)))
                 continue
             for flow in (f[:4] for f in key[1:]):           # a pair block holds two flows
                 want = max(parts[flow] + 1, math.ceil(parts[flow] * n / (MAX_OPERATIONS - 4)))
@@ -92,6 +104,11 @@ def lower_plan(algorithm: Algorithm, graph: nx.DiGraph, options: PlanOptions | N
                                     f"needs more (it has too many separate runs of chunks)")
             parts[flow] = min(want, len(members[flow]))
         final_parts = finals
+        if switches > switch_parts and switches > max(1, *(sum(1 for t in expanded.transfers if t.group and
+                                                               t.src == r) for r in range(expanded.collective.ranks))):
+            raise LoweringError(source, "operations per thread block", f"at most {MAX_OPERATIONS}; one switch "
+                                "operation needs more (too many separate runs of chunks)")
+        switch_parts = switches
         log.info("%s: %d thread block(s) over %d operations; splitting their flows", source, len(over),
                  MAX_OPERATIONS)
     else:
@@ -105,6 +122,20 @@ def lower_plan(algorithm: Algorithm, graph: nx.DiGraph, options: PlanOptions | N
     return plan
 
 
+def _check_switch(algorithm: Algorithm, opts: PlanOptions, source: str) -> None:
+    """Switch operations run Simple (the multimem packet store is not written) and each rank is in one
+    switch group (its switch blocks synchronize over that group)."""
+    if opts.proto != "Simple":
+        raise LoweringError(source, "--proto", f"Simple for switch operations (multimem loads and stores move "
+                                               f"plain data), not {opts.proto}")
+    group_of: dict[int, tuple[int, ...]] = {}
+    for i, t in enumerate(algorithm.transfers):
+        for m in t.group:
+            if group_of.setdefault(m, t.group) != t.group:
+                raise LoweringError(source, f"transfers[{i}].group", f"the one switch group of rank {m} "
+                                    f"({list(group_of[m])}): a plan's switch blocks synchronize over one group")
+
+
 def replicate(algorithm: Algorithm, instances: int) -> tuple[Algorithm, tuple[int, ...]]:
     """The algorithm ``instances`` times side by side: instance ``i`` of chunk ``block*k + j`` is chunk
     ``block*k*I + i*k + j`` of the same collective with chunk-up ``k*I`` (blocked, so chunks one transfer
@@ -115,7 +146,7 @@ def replicate(algorithm: Algorithm, instances: int) -> tuple[Algorithm, tuple[in
     for t in algorithm.transfers:
         for i in range(instances):
             chunks = tuple((c // k) * k * instances + i * k + c % k for c in t.chunks)
-            transfers.append(Transfer(chunks, t.src, t.dst, t.step, t.op, t.link, t.start_us))
+            transfers.append(Transfer(chunks, t.src, t.dst, t.step, t.op, t.link, t.start_us, t.channel, t.group))
             instance.append(i)
     return (Algorithm(algorithm.name, coll.with_chunkup(k * instances), tuple(transfers), algorithm.topology,
                       algorithm.metadata), tuple(instance))
@@ -127,7 +158,7 @@ def _flows(base, members, parts) -> tuple[Flow, ...]:
         n = parts[key]
         for pos, t in enumerate(ts):
             flows[t] = key + (pos * n // len(ts),)
-    return tuple(flows)
+    return tuple(flows)       # None for a switch operation (no flow: it runs in its issuer's switch block)
 
 
 def plan_text(plan: Plan) -> str:

@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ....model.algorithm import Algorithm
-from .layout import Layout, canonical
+from .layout import Layout, SwitchMove, Unlowerable, canonical
 
 #: (src, dst, instance, link, part)
 Flow = tuple[int, int, int, int, int]
@@ -54,9 +54,37 @@ class Schedule:
     channel_kind: dict[Flow, str]
 
 
+def sync_flow(a: int, b: int, part: int) -> Flow:
+    """The memory channel pair two ranks' switch blocks ``part`` synchronize on (instance -1: no transfer's)."""
+    return (min(a, b), max(a, b), -1, -1, part)
+
+
+def tree(group: tuple[int, ...], rank: int) -> tuple[int | None, list[int]]:
+    """(parent, children) of ``rank`` in the binary tree over ``group`` its switch blocks synchronize on."""
+    p = group.index(rank)
+    return (group[(p - 1) // 2] if p else None), [group[k] for k in (2 * p + 1, 2 * p + 2) if k < len(group)]
+
+
+def switch_barrier(b: Block, group: tuple[int, ...], part: int) -> None:
+    """Every member's switch block ``part`` passes only once all have arrived, with what they did before:
+    signal/wait (release/acquire) up the tree to the root and back down, a nop after each wait."""
+    parent, children = tree(group, b.rank)
+    for child in children:
+        b.add(Item("wait", flow=sync_flow(b.rank, child, part)))
+    if children:
+        b.add(Item("nop"))
+    if parent is not None:
+        b.add(Item("signal", flow=sync_flow(b.rank, parent, part)))
+        b.add(Item("wait", flow=sync_flow(b.rank, parent, part)))
+        b.add(Item("nop"))
+    for child in children:
+        b.add(Item("signal", flow=sync_flow(b.rank, child, part)))
+
+
 def schedule(algorithm: Algorithm, lay: Layout, flows: tuple[Flow, ...], kinds: dict[Flow, str], inplace: bool,
-             final_parts: int = 1) -> Schedule:
+             final_parts: int = 1, switch_parts: int = 1) -> Schedule:
     coll = algorithm.collective
+    kinds = dict(kinds)
     blocks: dict[TbKey, Block] = {}
     sem_ids: dict[tuple[TbKey, TbKey], int] = {}
     semaphores: dict[int, list] = defaultdict(list)
@@ -104,6 +132,10 @@ def schedule(algorithm: Algorithm, lay: Layout, flows: tuple[Flow, ...], kinds: 
 
     def record(x: Block, index: int, reads, writes) -> None:
         for c in reads:
+            touch[c][0].add(x.rank)
+        for c in writes:
+            touch[c][1].add(x.rank)
+        for c in reads:
             readers[c].append((x, index))
         for c in writes:
             for y, j in readers.get(c, ()):
@@ -116,8 +148,42 @@ def schedule(algorithm: Algorithm, lay: Layout, flows: tuple[Flow, ...], kinds: 
     def cells(rank: int, locs) -> list[tuple]:
         return [canonical(coll, rank, loc, inplace) for loc in locs]
 
+    group_of = {m: tr.group for tr in algorithm.transfers if tr.group for m in tr.group}
+    issued: dict[int, int] = defaultdict(int)
+    for move in lay.moves:
+        if isinstance(move, SwitchMove):
+            issued[move.rank] += 1
+    for rank, group in sorted(group_of.items()):      # every member's switch blocks, opened by the barrier
+        for part in range(switch_parts):
+            b = blocks[("switch", rank, part)] = Block(("switch", rank, part), rank)
+            switch_barrier(b, group, part)
+            parent, children = tree(group, rank)
+            for peer in children + ([parent] if parent is not None else []):
+                kinds[sync_flow(rank, peer, part)] = "memory"
+    touch: dict[tuple, list[set, set]] = defaultdict(lambda: [set(), set()])   # cell -> ranks reading, writing
+    done: dict[int, int] = defaultdict(int)
+
+    def switch(move: SwitchMove) -> None:
+        r = move.rank
+        part = done[r] * switch_parts // issued[r]
+        done[r] += 1
+        x = blocks[("switch", r, part)]
+        chunks = sorted(move.land)
+        if move.read:           # every member's cells, ordered like the issuer's own among its blocks
+            reads = [cell for m in move.group for cell in cells(m, [move.read[c] for c in chunks])]
+        else:
+            reads = cells(r, [move.source[c] for c in chunks])
+        writes = [cell for m in move.group for cell in cells(m, [move.land[c] for c in chunks])]
+        order(x, reads, writes)
+        index = x.add(Item("switch", move=move.t))
+        record(x, index, reads, writes)
+
     started: set[Flow] = set()
-    for move, flow in zip(lay.moves, flows):
+    for move in lay.moves:
+        if isinstance(move, SwitchMove):
+            switch(move)
+            continue
+        flow = flows[move.t]
         tr = algorithm.transfers[move.t]
         s, d = tr.src, tr.dst
         sender = block(("send", flow), s)
@@ -171,6 +237,16 @@ def schedule(algorithm: Algorithm, lay: Layout, flows: tuple[Flow, ...], kinds: 
         puts = [it for it in b.items if it.kind == "put" and kinds[it.flow] == "port"]   # the proxy read
         if puts:
             puts[-1].flush = True
+    for cell, (readers_, writers_) in touch.items():    # semaphores order blocks of one rank only: a cell that
+        if writers_ and len(readers_ | writers_) > 1:      # blocks of two ranks touch (through the switch) and
+            raise Unlowerable(                             # one writes has no order the plan can express
+                f"rank {cell[0]}'s {cell[1]}[{cell[2]}] is written and read by thread blocks of ranks "
+                f"{sorted(readers_ | writers_)} (through the switch): nothing orders them across ranks")
+    for rank, group in sorted(group_of.items()):      # the barrier closes every switch block: each member has
+        for part in range(switch_parts):              # the others' multimem stores before its call ends
+            b = blocks[("switch", rank, part)]
+            b.add(Item("nop"))
+            switch_barrier(b, group, part)
     return Schedule(blocks, dict(semaphores), kinds)
 
 
@@ -194,6 +270,11 @@ def pair_flows(algorithm: Algorithm, flows: tuple[Flow, ...]) -> dict[TbKey, TbK
     last: dict[tuple[int, int], Flow] = {}
     counts: dict[tuple[Flow, Flow], int] = defaultdict(int)
     for tr, flow in zip(algorithm.transfers, flows):
+        if flow is None:                 # a switch operation: in the switch blocks
+            for c in tr.chunks:
+                for m in tr.group:
+                    last.pop((m, c), None)
+            continue
         for c in tr.chunks:
             came = last.get((tr.src, c))
             if came is not None:
