@@ -14,9 +14,9 @@ attainable bound at 1 MiB, the least over the protocols: launch included), and t
 schedule synthesized for any runtime (Simple x 1: the switch schedules, which no XML runtime loads) over
 stock NCCL and as a share of the attainable bound with in-switch reduction. Ours is simulated as ``synth --protocol --instances`` would make it
 (``SynthOptions.protocol``, ``instances``, and ``runtime``: only schedules whose MSCCL XML lowering
-msccl-executor loads, as ``synth`` chooses by default; the scale rows, beyond ``MAX_LOWERED_GPUS``, any): at 1
+msccl-executor loads, as ``synth`` chooses by default, the scale rows too): at 1
 GiB synthesized for Simple at each of 1 to 8 instances (every count a sweep's ``instances`` knob takes; the
-scale rows: for 1, run with each count, and for 2), the fastest; at 1 MiB synthesized for each protocol and
+scale rows: for 1 and for 2), the fastest; at 1 MiB synthesized for each protocol and
 instance count, the fastest (the 1 MiB column names it; seconds are the slowest synthesis). Each target is
 marked met or NOT met.
 
@@ -137,7 +137,7 @@ SCALE = [("dgx-h100", 32), ("dgx-h100", 64)]
 INSTANCES = tuple(range(1, MAX_INSTANCES + 1))   # every count a sweep's instances knob can take
 PROTOCOLS = ("LL", "LL128", "Simple")
 RUNS = tuple((p, i) for p in PROTOCOLS for i in INSTANCES)
-MAX_LOWERED_GPUS = 128
+MAX_LOWERED_GPUS = 128       # beyond, fewer syntheses per row (each one's lowering takes minutes)
 SCALE_SLICED_INSTANCES = 2   # the scale rows also synthesize for it (the rails in slices run one channel)
 
 
@@ -148,7 +148,7 @@ def measure(hardware: str, nodes: int, collective: str, engine: str, time_limit:
     nccl = {r.bytes: r.time_us for r in nccl_model(graph, collective, [M, G]).rows}
     out: dict = {"gpus": graph.number_of_nodes(), "seconds": 0.0, "status": {}}
     lowered = graph.number_of_nodes() <= MAX_LOWERED_GPUS
-    runtime = loader("msccl-executor") if lowered else None
+    runtime = loader("msccl-executor")
 
     def synthesized(size: int, protocol: str = "Simple", instances: int = 1, any_runtime: bool = False):
         """The algorithm synth makes for the run, or None where the runtime loads none at that count."""
@@ -166,14 +166,14 @@ def measure(hardware: str, nodes: int, collective: str, engine: str, time_limit:
         return result.algorithm
 
     # 1 GiB: synthesized for Simple at each instance count, as synth --instances does (the scale rows:
-    # for x1, run with each count, and for x2, where the rails in slices need two instances to fill a
+    # for x1 and for x2, where the rails in slices need two instances to fill a
     # NIC); each count's floor and simulation from one preparation
     if lowered:
         gib = [(i, synthesized(G, "Simple", i)) for i in INSTANCES]
     else:
         once = synthesized(G)
         twice = synthesized(G, "Simple", SCALE_SLICED_INSTANCES)
-        gib = [(i, once) for i in INSTANCES] + [(SCALE_SLICED_INSTANCES, twice)]
+        gib = [(1, once), (SCALE_SLICED_INSTANCES, twice)]     # each run with the count it loads with
     floor, run, out["instances_1G"] = min(((*simulate_below(a, graph, G, math.inf, "Simple", i), i)
                                            for i, a in gib if a is not None),
                                           key=lambda timed: timed[1].time_us)

@@ -68,3 +68,23 @@ def test_a_runtime_is_named_in_the_cache_key_and_checked(topo):
         loader("mscclpp")
     with pytest.raises(ParameterError, match="SynthOptions.runtime"):
         SynthOptions(runtime="msccl-executor")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)      # minutes of CPU: a synthesis and two lowerings of 261 120 transfers
+def test_on_256_gpus_the_default_runtime_loads_a_schedule_near_the_bound(topo):
+    """DGX-H100 x32, AllReduce at 1 GiB, synthesized as ``synth`` does by default (msccl-executor,
+    Simple x1): the schedule's XML fits the executor's limits (steps per thread block, XML nodes per
+    rank) and it is within 90% of the attainable bound (issue 36 part 4)."""
+    from autotaccl.formats.msccl import lower_program
+    from autotaccl.formats.msccl.program import LIMITS
+
+    g = topo("dgx-h100", 32)
+    algorithm = synthesize(g, "allreduce", None, SynthOptions(engine="greedy", size=G,
+                                                             runtime=loader("msccl-executor"))).algorithm
+    assert attainable_us(g, "allreduce", G, switch=False) / simulate(algorithm, g, G).time_us >= 0.90
+    program = lower_program(algorithm, LoweringOptions())
+    limits = LIMITS["msccl-executor"]
+    assert max(len(tb.steps) for gpu in program.gpus for tb in gpu.tbs) <= limits.steps_per_tb
+    assert max(1 + program.ngpus + len(gpu.tbs) + sum(len(tb.steps) for tb in gpu.tbs)
+               for gpu in program.gpus) <= limits.nodes_per_rank

@@ -402,6 +402,22 @@ def test_cli_lower_import_round_trip(tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_channel_copies_split_a_block_whose_chunks_share_a_residue():
+    """A rail's thread block carries every gpn-th chunk (its roots'): on two channel copies by chunk
+    mod 2 all of them would stay on one copy (and it took a third, and two wasted builds); the copies
+    split them evenly whatever their step."""
+    per_rank = 8 * 70
+    transfers = []
+    for src, dst in ((0, 1), (1, 0)):
+        for m in range(70):
+            first = src * per_rank + 8 * m
+            transfers.append(((first,), src, dst, 0, "copy", 0))             # link 0: chunks 8m, all even
+            transfers.append((tuple(range(first + 1, first + 8)), src, dst, 0, "copy", 1))   # link 1: 8m + 1, all odd
+    program = parse_xml(text := lower(algo("rail-like", "allgather", 2, transfers, per_rank)))
+    assert program.header["nchannels"] == "4" and check_xml(text, seeds=1).valid     # 2 links x 2 copies
+    assert max(len(tb.steps) for gpu in program.gpus for tb in gpu.tbs) <= 64
+
+
 def test_many_peers_spread_over_channels_and_dependency_targets_keep_low_ids():
     R = 66      # 65 peers each way: 131 thread blocks per rank, more than 32 per channel and direction
     a = algo("a2a66", "alltoall", R, [((s * R + d,), s, d, 0) for s in range(R) for d in range(R) if s != d])

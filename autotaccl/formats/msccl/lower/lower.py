@@ -140,9 +140,11 @@ def _program(expanded: Algorithm, uses: Uses, channels, opts: LoweringOptions, s
 def _build_fitting(expanded: Algorithm, uses: Uses, channels, origin, opts: LoweringOptions, source: str,
                    algorithm: Algorithm, blocks: Blocks):
     """(channels, _build(...)): if a thread block has more steps than the runtime allows, spread the
-    chunks over k channel copies (chunk c on copy c mod k, so a forwarded chunk stays on one channel,
-    as NCCL's rings do; c numbered as in the algorithm: an instance's chunks all have one residue modulo
-    the instance count), for the smallest k that fits. Splitting a thread block's chunks never merges
+    chunks over k channel copies (chunk c on one copy, so a forwarded chunk stays on one channel, as
+    NCCL's rings do; c numbered as in the algorithm: an instance's chunks all have one residue modulo
+    the instance count), for the smallest k that fits. The copy is :func:`copy_of` (Fibonacci hashing),
+    not c mod k: a block's chunks often share a residue (a rail's roots, every gpn-th), which c mod k
+    would not split. Splitting a thread block's chunks never merges
     steps, so k starts above the busiest block's steps over the limit: at exactly the limit the
     dependencies' nops would push it over, and each failed build costs a whole lowering."""
     base = 1 + max(channels, default=0)
@@ -150,7 +152,7 @@ def _build_fitting(expanded: Algorithm, uses: Uses, channels, origin, opts: Lowe
     within = [original_chunk(min(t.chunks), chunkup, opts.instances) for t in expanded.transfers]
     k = 1
     while True:
-        spread = tuple(ch + (c % k) * base for ch, c in zip(channels, within))
+        spread = tuple(ch + copy_of(c, k) * base for ch, c in zip(channels, within))
         try:
             return spread, _build(expanded, uses, spread, origin, frozenset(), opts, source, algorithm, blocks)
         except _TooManySteps as err:
@@ -159,6 +161,16 @@ def _build_fitting(expanded: Algorithm, uses: Uses, channels, origin, opts: Lowe
                 raise
             log.info("%s: %s; spreading chunks over %d channel copies", source, err, fewest)
             k = fewest
+
+
+def copy_of(chunk: int, copies: int) -> int:
+    """The channel copy of ``chunk`` among ``copies``: the fractional part of ``chunk`` over the golden
+    ratio, scaled; any arithmetic progression of chunks lands on the copies about evenly (the
+    three-distance theorem), whatever its step."""
+    return int((chunk * _INVERSE_GOLDEN) % 1.0 * copies)
+
+
+_INVERSE_GOLDEN = (math.sqrt(5) - 1) / 2
 
 
 def _build(expanded: Algorithm, uses: Uses, channels, origin, forbid, opts: LoweringOptions, source: str,
