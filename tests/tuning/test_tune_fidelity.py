@@ -17,27 +17,37 @@ from support import PAIR_HARDWARE, PAIR_SPACE, fresh_store
 pytestmark = pytest.mark.mpi
 
 
-def test_runner_measures_only_candidates_near_the_best(tmp_path):
+def test_runner_measures_only_candidates_that_could_improve_a_size(tmp_path, caplog):
     (tmp_path / "pair.yaml").write_text(yaml.safe_dump(PAIR_HARDWARE))
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump(PAIR_SPACE, sort_keys=False))
     out = tmp_path / "runs"
     fresh_store(out)
-    (summary,) = tune(TuneRequest(space=str(space), trials=5, out=str(out), runner="mpi", margin=0.0,
+    caplog.set_level("INFO", logger="autotaccl.tuning.objective")
+    (summary,) = tune(TuneRequest(space=str(space), trials=6, out=str(out), runner="mpi", margin=0.0,
                                   runner_options={"timeout": 120}, sampler="random", seed=1, progress=False))
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / "optuna.journal")))
     trials = optuna.load_study(study_name="pairx2-allgather", storage=storage).trials
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     pruned = [t for t in trials if t.state == TrialState.PRUNED]
     assert complete and pruned, [t.state for t in trials]
-    best_sim = float("inf")
+    best = [float("inf")] * 2                # per size: the best simulated time among the measured candidates
+    keys = set()
     for t in sorted(complete + pruned, key=lambda t: t.number):
-        if t.state == TrialState.PRUNED:      # pruned: its simulated score was worse than the best measured one
+        sim = t.user_attrs["sim_times"]
+        if t.state == TrialState.PRUNED:      # pruned: no size where it simulates faster than the measured ones
             assert "not measured with the mpi runner" in t.user_attrs["prune_reason"]
-            assert t.user_attrs["sim_score"] > best_sim
+            assert t.user_attrs["cache_key"] in keys or all(s >= b for s, b in zip(sim, best)), (sim, best)
         else:
-            assert t.user_attrs["fidelity"] == "mpi"
-            best_sim = min(best_sim, t.user_attrs["sim_score"])
+            assert t.user_attrs["fidelity"] == "mpi" and t.user_attrs["cache_key"] not in keys
+            assert any(s < b for s, b in zip(sim, best)), (sim, best)
+            best = [min(s, b) for s, b in zip(sim, best)]
+            keys.add(t.user_attrs["cache_key"])
+    ranked = [t for t in complete if "sim_rank_agreement" in t.user_attrs]
+    assert ranked and len(ranked) == len(complete) - 1     # every measurement after the first checks the ranking
+    assert all(0 <= t.user_attrs["sim_rank_agreement"] <= 1 for t in ranked)
+    logged = [r.getMessage() for r in caplog.records if "measured candidates as the mpi runner does" in r.getMessage()]
+    assert len(logged) == len(ranked), logged
     mlflow.set_tracking_uri(f"sqlite:///{out / 'mlflow.db'}")
     runs = mlflow.search_runs(experiment_names=["pairx2-allgather"])
     tr = runs[runs["tags.autotaccl.kind"] == "trial"]

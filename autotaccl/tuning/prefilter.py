@@ -1,0 +1,63 @@
+"""The simulator as a sweep's first fidelity: which candidates a real-hardware runner measures.
+
+Export keeps the fastest trial per size, so a candidate is worth a measurement when its simulated time could
+improve some size: below the best simulated time plus ``margin``, at that size, among the candidates measured
+so far (``worth_measuring``). A geomean rule would skip the small-size winner whose large sizes are slow. An
+algorithm already measured (same synthesis cache key) is never measured again. ``rank_agreement`` checks the
+simulator against the measurements as the sweep goes: the share of pairs of measured candidates, per size,
+that the simulator orders as the runner does.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import optuna
+from optuna.trial import TrialState
+
+from ..sizes import format_size
+
+
+def measured(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """The study's finished trials a runner measured that recorded their simulated times."""
+    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if "sim_times" in t.user_attrs and t.user_attrs.get("fidelity", "sim") != "sim"]
+
+
+def simulated(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """The study's finished trials, measured or not, that recorded their simulated times."""
+    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+            if "sim_times" in t.user_attrs]
+
+
+def worth_measuring(done: Sequence[optuna.trial.FrozenTrial], sim_times: Sequence[float], cache_key: str,
+                    sizes: Sequence[int], margin: float,
+                    against: Sequence[optuna.trial.FrozenTrial] | None = None) -> tuple[bool, str]:
+    """(measure?, why) for a candidate simulated at ``sim_times`` (µs per size), given the measured ``done``,
+    compared with the simulated times of ``against`` (default: ``done``)."""
+    for t in done:
+        if t.user_attrs.get("cache_key") == cache_key:
+            return False, f"the same algorithm as trial {t.number} (cache key {cache_key[:12]}), measured already"
+    against = done if against is None else against
+    if not against:
+        return True, "the first candidate"
+    best = [min(t.user_attrs["sim_times"][i] for t in against) for i in range(len(sizes))]
+    gaps = [s / b - 1 for s, b in zip(sim_times, best)]
+    i = min(range(len(gaps)), key=gaps.__getitem__)
+    if gaps[i] < margin:
+        return True, f"simulated {gaps[i]:+.1%} against the best measured candidate at {format_size(sizes[i])}"
+    return False, (f"at every size its simulated time is more than {margin:.0%} above the best measured candidate's "
+                   f"(closest: {format_size(sizes[i])}, {gaps[i]:+.1%})")
+
+
+def rank_agreement(pairs: Sequence[tuple[Sequence[float], Sequence[float]]]) -> float | None:
+    """Share of (candidate, candidate, size) pairs whose simulated order is their measured order (None: no pair).
+
+    ``pairs`` holds, per measured candidate, (simulated times, measured times) per size; ties count half."""
+    agree = total = 0.0
+    for a in range(len(pairs)):
+        for b in range(a):
+            for sa, sb, ma, mb in zip(pairs[a][0], pairs[b][0], pairs[a][1], pairs[b][1]):
+                ds, dm = sa - sb, ma - mb
+                total += 1
+                agree += 0.5 if ds == 0 or dm == 0 else float((ds > 0) == (dm > 0))
+    return agree / total if total else None
