@@ -471,6 +471,11 @@ def plot(curves: dict[str, list[list[float]]], title: str, path: Path) -> None:
     plt.close(fig)
 
 
+def defaults_line() -> str:
+    """What `default` stands for in this run (tests/test_search_efficiency.py checks the written file against it)."""
+    return f"`default` = tune's defaults: sampler `{DEFAULT}`, margin {MARGIN:g}."
+
+
 def machine() -> str:
     """The commit and machine (``benchmarks/record.py``'s) and the Optuna the samplers come from."""
     import record
@@ -520,7 +525,8 @@ def main() -> int:
              f"{machine()}. Replays of {args.seeds} seeds x {args.trials} trials per sampler on lookup tables "
              f"of the {args.engine} engine's part of each space (simulated times). Quality = geomean over sizes "
              f"of best known / best so far, per size as export picks; 'to 2%' = trials (distinct cache keys) "
-             f"until quality >= 1/1.02; '>N' = not reached in N trials (counted as N+1 in medians)."
+             f"until quality >= 1/1.02; '>N' = not reached in N trials (counted as N+1 in medians). "
+             f"{defaults_line()}"
              + (" Only the greedy engine's part of each space is enumerated: the MILP knobs (ordering, contiguity) "
                 "take minutes a synthesis, and nothing here speaks for the MILP part." if args.engine == "greedy" else ""),
              ""]

@@ -56,7 +56,7 @@ class SweepConfig:
     reference: str
     runner: str = "sim"
     runner_options: Mapping[str, Any] = field(default_factory=dict)   # runners.options_dict of its Options
-    margin: float = 0.10
+    margin: float = 0.0
     synth_time_limit: float | None = None
     trials: int = 20
     timeout: float | None = None
