@@ -345,12 +345,12 @@ def replay_measured(table: Table, variant: Variant, margin: float | None, world:
                     sim_cap: int, versus_all: bool = False) -> MeasuredRun:
     """A sweep with a real runner on the modelled cluster, until ``cap`` measurements or ``sim_cap`` trials.
 
-    ``margin`` None: every new algorithm is measured (an algorithm measured already is not, and costs nothing);
-    else the rule tune's objective applies (tuning/prefilter.py). The sampler sees measured scores, as in tune."""
+    ``margin`` None: every new algorithm is measured; else the rule tune's objective applies (tuning/prefilter.py).
+    An algorithm measured already is not measured again (its measurement is reused, as in tune, for free)."""
     space = table.space
     study = optuna.create_study(sampler=variant.make(seed, space), directions=["minimize"])
     seed_study(study, space, table.graph, table.collective)
-    run, measured_keys = MeasuredRun([], []), set()
+    run = MeasuredRun([], [])
     for n in range(sim_cap):
         if len(run.times) >= cap:
             break
@@ -365,8 +365,14 @@ def replay_measured(table: Table, variant: Variant, margin: float | None, world:
             continue
         trial.set_user_attr("cache_key", row["cache_key"])
         trial.set_user_attr("sim_times", row["times"])
+        if (same := prefilter.twin(prefilter.measured(study), row["cache_key"])) is not None:
+            for key in ("fidelity", "results"):                 # its measurement reused, as tune does
+                trial.set_user_attr(key, same.user_attrs[key])
+            trial.set_user_attr("same_as", same.number)
+            study.tell(trial, same.value)
+            continue
         if margin is None:
-            measure = row["cache_key"] not in measured_keys
+            measure = True
         else:
             measure, _why = prefilter.worth_measuring(prefilter.measured(study), row["times"], row["cache_key"],
                                                       space.sizes, margin,
@@ -383,10 +389,8 @@ def replay_measured(table: Table, variant: Variant, margin: float | None, world:
         trial.set_user_attr("results", [{"size": s, "relative": r, "time_us": m}
                                         for s, r, m in zip(space.sizes, rel, times)])
         study.tell(trial, math.exp(statistics.fmean(math.log(r) for r in rel)))
-        if measure:
-            measured_keys.add(row["cache_key"])
-            run.times.append(times)
-            run.simulated.append(n + 1)
+        run.times.append(times)
+        run.simulated.append(n + 1)
     return run
 
 

@@ -180,7 +180,18 @@ class Objective:
         record["results"], record["fidelity"] = sim, "sim"
         if self.runner.real_hardware:
             done = prefilter.measured(trial.study)
+            same = prefilter.twin(done, synth.key)
             measure, why = prefilter.worth_measuring(done, sim_times, synth.key, self.reference.sizes, cfg.margin)
+            if same is not None:     # the same algorithm: its measurement, not a second one
+                trial.set_user_attr("same_as", same.number)
+                value = same.value
+                trial.set_user_attr("fidelity", cfg.runner)
+                trial.set_user_attr("results", same.user_attrs["results"])
+                trial.set_user_attr("verified", True)
+                record["results"] = [SizeResult(**r) for r in same.user_attrs["results"]]
+                record["fidelity"] = cfg.runner
+                self._log(trial, record, "COMPLETE", value=value)
+                return value
             if not measure:
                 reason = f"{why}; not measured with the {cfg.runner} runner"
                 trial.set_user_attr("prune_reason", reason)

@@ -3,7 +3,8 @@
 Export keeps the fastest trial per size, so a candidate is worth a measurement when its simulated time could
 improve some size: below the best simulated time plus ``margin``, at that size, among the candidates measured
 so far (``worth_measuring``). A geomean rule would skip the small-size winner whose large sizes are slow. An
-algorithm already measured (same synthesis cache key) is never measured again. ``rank_agreement`` checks the
+algorithm already measured (same synthesis cache key, ``twin``) is not measured again: its measurement is
+reused. ``rank_agreement`` checks the
 simulator against the measurements as the sweep goes: the share of pairs of measured candidates, per size,
 that the simulator orders as the runner does.
 """
@@ -18,9 +19,11 @@ from ..sizes import format_size
 
 
 def measured(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    """The study's finished trials a runner measured that recorded their simulated times."""
+    """The study's finished trials a runner measured that recorded their simulated times (a twin's reused
+    measurement is not one more)."""
     return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if "sim_times" in t.user_attrs and t.user_attrs.get("fidelity", "sim") != "sim"]
+            if "sim_times" in t.user_attrs and t.user_attrs.get("fidelity", "sim") != "sim"
+            and "same_as" not in t.user_attrs]
 
 
 def simulated(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
@@ -29,14 +32,18 @@ def simulated(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
             if "sim_times" in t.user_attrs]
 
 
+def twin(done: Sequence[optuna.trial.FrozenTrial], cache_key: str) -> optuna.trial.FrozenTrial | None:
+    """The measured trial of the same algorithm (synthesis cache key): its measurement stands for this one."""
+    return next((t for t in done if t.user_attrs.get("cache_key") == cache_key), None)
+
+
 def worth_measuring(done: Sequence[optuna.trial.FrozenTrial], sim_times: Sequence[float], cache_key: str,
                     sizes: Sequence[int], margin: float,
                     against: Sequence[optuna.trial.FrozenTrial] | None = None) -> tuple[bool, str]:
     """(measure?, why) for a candidate simulated at ``sim_times`` (µs per size), given the measured ``done``,
     compared with the simulated times of ``against`` (default: ``done``)."""
-    for t in done:
-        if t.user_attrs.get("cache_key") == cache_key:
-            return False, f"the same algorithm as trial {t.number} (cache key {cache_key[:12]}), measured already"
+    if (same := twin(done, cache_key)) is not None:
+        return False, f"the same algorithm as trial {same.number} (cache key {cache_key[:12]}), measured already"
     against = done if against is None else against
     if not against:
         return True, "the first candidate"
