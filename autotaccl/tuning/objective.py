@@ -269,6 +269,8 @@ class Objective:
                 "rank": trial.user_attrs.get("retry_of", trial.number)}     # a redone trial keeps its place
         if reason:
             tags["failure_reason" if state == "FAIL" else "prune_reason"] = reason[:5000]
+        if "same_as" in trial.user_attrs:      # the measurement of that trial's algorithm, reused
+            tags["same_as"] = trial.user_attrs["same_as"]
         metrics: dict[str, float] = {}
         artifacts: dict[str, str | bytes] = {"hardware.yaml": self.hardware}    # with nodes: the topology
         if "sketch" in record:      # the sketch in full; its searched knobs are params under their own names

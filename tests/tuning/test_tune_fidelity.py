@@ -62,8 +62,10 @@ def test_runner_measures_only_candidates_that_could_improve_a_size(tmp_path, cap
     tr = runs[runs["tags.autotaccl.kind"] == "trial"]
     assert (tr["tags.state"] == "PRUNED").sum() == len(pruned)
     assert tr.loc[tr["tags.state"] == "PRUNED", "tags.prune_reason"].notna().all()
-    measured = tr[tr["tags.state"] == "COMPLETE"].run_id.iloc[0]
-    raw = mlflow.MlflowClient().download_artifacts(measured, "mpi-raw.csv", str(tmp_path))
+    twins = tr[tr["tags.same_as"].notna()] if "tags.same_as" in tr else tr.iloc[:0]
+    assert sorted(twins["tags.optuna.trial"].astype(int)) == sorted(t.number for t in complete if "same_as" in t.user_attrs)
+    first = tr[tr["tags.optuna.trial"] == str(measured[0].number)].run_id.iloc[0]
+    raw = mlflow.MlflowClient().download_artifacts(first, "mpi-raw.csv", str(tmp_path))
     frame = pd.read_csv(raw)
     assert (frame["wrong"] == 0).all() and set(frame["inplace"]) == {True, False}
     base = runs[runs["tags.autotaccl.kind"] == "baseline"]
