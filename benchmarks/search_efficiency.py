@@ -48,6 +48,7 @@ from autotaccl.tuning.evaluate import score, simulate_times, size_results, synth
 from autotaccl.tuning.explore import enqueue_unseen, is_repeat, stuck  # noqa: E402
 from autotaccl.tuning.reference import compute_reference  # noqa: E402
 from autotaccl.tuning.lean import ENGINE_IGNORES  # noqa: E402
+from autotaccl.tuning import prefilter  # noqa: E402
 from autotaccl.tuning.samplers import make_sampler  # noqa: E402
 from autotaccl.tuning.space import enumerate_space, load_space, params_to_sketch, sample, settings  # noqa: E402
 from autotaccl.tuning.space.schema import space_from_dict  # noqa: E402
@@ -58,6 +59,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GOALS = (0.02, 0.005)          # within 2% and 0.5% of the best known
 MILP_ONLY = ("ordering", "contiguity", "mip_gap")
 DEFAULT = TuneRequest.__dataclass_fields__["sampler"].default      # tune's default sampler
+MARGIN = TuneRequest.__dataclass_fields__["margin"].default        # tune's default sim-fidelity margin
 
 
 def engine_part(name: str, engine: str):
@@ -199,6 +201,7 @@ def variants() -> dict[str, Variant]:
         Variant("lean-qmc", lean(lambda seed, space: s.QMCSampler(seed=seed, scramble=True))),
         Variant("lean-tpe", lean(lambda seed, space: s.TPESampler(seed=seed, multivariate=False, constant_liar=True))),
         Variant("tpe", lambda seed, space: make_sampler("tpe", seed, space.sizes, space.fixed)),
+        Variant("lean", lambda seed, space: make_sampler("lean", seed, space.sizes, space.fixed)),
         Variant("default", lambda seed, space: make_sampler(DEFAULT, seed, space.sizes, space.fixed)),
     )}
 
@@ -266,6 +269,180 @@ def first(curve: list[float], run: Run, goal: float) -> tuple[int, int] | None:
     return None
 
 
+# --------------------------------------------------------------------------- a modelled cluster
+
+def error_pool() -> list[float]:
+    """log(measured / simulated) per size on the public nccl-tests tables the simulator's fit did not see, of
+    the same scale and software (benchmarks/fidelity.py's targets): what a real runner's times differ by."""
+    import fidelity
+    from autotaccl.model.topology import build_topology
+    from runners.calibrate import calibrate
+
+    pool = []
+    for _machine, hw, tables in fidelity.GROUPS:
+        base = fidelity.shipped(hw)
+        name, nodes, algos, _ = tables[0]
+        cal = calibrate(build_topology(base, nodes), [fidelity.observation(name, algos)])
+        for name, nodes, algos, why in tables[1:]:
+            if not why:
+                pool += [math.log(m / t) for _s, m, t, _h in fidelity.errors(cal.profile, nodes,
+                                                                            fidelity.observation(name, algos))]
+    return pool
+
+
+ERROR_MODELS = {"algorithm": "drawn once per (algorithm, size, world): every algorithm's error its own",
+                "protocol": "drawn once per (protocol, size, world): the algorithms of one protocol share it"}
+
+
+class World:
+    """One modelled cluster: an algorithm's measured time at a size = its simulated time x exp(an error drawn
+    from ``pool``), the draw keyed as ``model`` says (ERROR_MODELS)."""
+
+    def __init__(self, pool: list[float], seed: int, model: str) -> None:
+        self.pool, self.seed, self.model = pool, seed, model
+
+    def measure(self, config: str, row: dict) -> list[float]:
+        import hashlib
+
+        who = row["cache_key"] if self.model == "algorithm" else json.loads(config).get("protocol", "")
+        out = []
+        for i, t in enumerate(row["times"]):
+            h = int.from_bytes(hashlib.blake2b(f"{who}|{i}|{self.seed}".encode(), digest_size=8).digest(), "big")
+            out.append(t * math.exp(self.pool[h % len(self.pool)]))
+        return out
+
+    def best(self, table: Table) -> list[float]:
+        rows = [self.measure(k, r) for k, r in table.rows.items() if "times" in r]
+        return [min(ts) for ts in zip(*rows)]
+
+
+@dataclass
+class MeasuredRun:
+    times: list[list[float]]     # per measured trial: its measured time per size
+    simulated: list[int]         # trials (all simulated) up to each measured one
+
+    def quality(self, best: list[float], cap: int) -> list[float]:
+        """After each of ``cap`` measured trials (the last value kept once the sweep ran out of trials)."""
+        so_far, out = [math.inf] * len(best), []
+        for times in self.times:
+            so_far = [min(a, b) for a, b in zip(so_far, times)]
+            out.append(quality(so_far, best))
+        return (out + [out[-1] if out else 0.0] * cap)[:cap]
+
+
+def parse_measured(name: str) -> tuple[str, float | None]:
+    """``sampler`` (every trial measured) or ``sampler@sim[:margin]`` (the simulator decides, as tune does)."""
+    base, _, fid = name.partition("@")
+    if not fid:
+        return base, None, False
+    kind, _, m = fid.partition(":")
+    if kind not in ("sim", "simall"):
+        raise SystemExit(f"--measured: {name!r}: expected SAMPLER or SAMPLER@sim[:MARGIN]")
+    return base, float(m) if m else MARGIN, kind == "simall"
+
+
+def replay_measured(table: Table, variant: Variant, margin: float | None, world: World, seed: int, cap: int,
+                    sim_cap: int, versus_all: bool = False) -> MeasuredRun:
+    """A sweep with a real runner on the modelled cluster, until ``cap`` measurements or ``sim_cap`` trials.
+
+    ``margin`` None: every new algorithm is measured; else the rule tune's objective applies (tuning/prefilter.py).
+    An algorithm measured already is not measured again (its measurement is reused, as in tune, for free)."""
+    space = table.space
+    study = optuna.create_study(sampler=variant.make(seed, space), directions=["minimize"])
+    seed_study(study, space, table.graph, table.collective)
+    run = MeasuredRun([], [])
+    for n in range(sim_cap):
+        if len(run.times) >= cap:
+            break
+        trial = study.ask()
+        params = sample(trial, space)
+        if is_repeat(study, params, space) and stuck(study):
+            enqueue_unseen(study, space, seed=seed * 100_003 + n)
+        config = {k: v for k, v in params.items() if k not in space.fixed}
+        row = table.get(config)
+        if "times" not in row:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            continue
+        trial.set_user_attr("cache_key", row["cache_key"])
+        trial.set_user_attr("sim_times", row["times"])
+        if (same := prefilter.twin(prefilter.measured(study), row["cache_key"])) is not None:
+            for key in ("fidelity", "results"):                 # its measurement reused, as tune does
+                trial.set_user_attr(key, same.user_attrs[key])
+            trial.set_user_attr("same_as", same.number)
+            study.tell(trial, same.value)
+            continue
+        if margin is None:
+            measure = True
+        else:
+            measure, _why = prefilter.worth_measuring(prefilter.measured(study), row["times"], row["cache_key"],
+                                                      space.sizes, margin,
+                                                      prefilter.simulated(study) if versus_all else None)
+        sim_rel = table.relative(row)
+        if not measure and margin is not None:
+            trial.set_user_attr("results", [{"size": s, "relative": r} for s, r in zip(space.sizes, sim_rel)])
+            trial.report(table.score(row), 0)
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            continue
+        times = world.measure(config_key(config, space), row)
+        rel = [m / t * r for m, t, r in zip(times, row["times"], sim_rel)]   # against the simulated baseline
+        trial.set_user_attr("fidelity", "modelled")
+        trial.set_user_attr("results", [{"size": s, "relative": r, "time_us": m}
+                                        for s, r, m in zip(space.sizes, rel, times)])
+        study.tell(trial, math.exp(statistics.fmean(math.log(r) for r in rel)))
+        run.times.append(times)
+        run.simulated.append(n + 1)
+    return run
+
+
+def measured_section(table: Table, args, names: list[str], pool: list[float], model: str) -> list[str]:
+    """The measured-trial table of a section: what a sweep with a real runner pays for."""
+    all_variants = variants()
+    cap, sim_cap = args.trials, args.sim_trials
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    worlds = {s: World(pool, s, model) for s in seeds}
+    bests = {s: w.best(table) for s, w in worlds.items()}
+    start = time.perf_counter()
+    runs = {}
+    for name in names:
+        base, margin, versus_all = parse_measured(name)
+        runs[name] = {s: replay_measured(table, all_variants[base], margin, worlds[s], s, cap, sim_cap, versus_all)
+                      for s in seeds}
+    wall = time.perf_counter() - start
+    lines = ["", f"### Measured trials, error model `{model}`", "",
+             f"A modelled cluster ({len(pool)} errors, {args.seeds} worlds = seeds, "
+             f"{cap} measurements or {sim_cap} trials per sweep, {wall:.0f} s): a measured time is the simulated "
+             f"time x exp(e), e {ERROR_MODELS[model]}, from log(measured / simulated) per size on the public "
+             f"tables of benchmarks/fidelity.py's targets (median |e| {statistics.median(abs(e) for e in pool):.3f}, "
+             f"sd {statistics.pstdev(pool):.3f}). Best known = best modelled measurement per size over the table. "
+             f"`X` = sampler X, every new algorithm measured; `X@sim[:m]` = tune's rule with a real runner (a trial is "
+             f"measured when its simulated time could improve some size within m, default {MARGIN:g}). 'trials' = "
+             f"all trials (simulated) until then.", "",
+             "| sweep | measured to 2% | trials then | measured to 0.5% | quality at 30 measured | measured in "
+             f"{sim_cap} trials | random / sweep (measured to 2%) |", "|---|---|---|---|---|---|---|"]
+    med = {}
+    per_seed = []
+    for name, rs in runs.items():
+        curves = {s: r.quality(bests[s], cap) for s, r in rs.items()}
+        two = [first_at(curves[s], 0.02) for s in seeds]
+        half = [first_at(curves[s], 0.005) for s in seeds]
+        then = [rs[s].simulated[t - 1] if t else None for s, t in zip(seeds, two)]
+        med[name] = median_or_none(two, cap)
+        q30 = statistics.median(c[min(29, cap - 1)] for c in curves.values())
+        lines.append(f"| {name} | {cell(med[name], cap)} | {cell(median_or_none(then, sim_cap), sim_cap)} | "
+                     f"{cell(median_or_none(half, cap), cap)} | {q30:.2%} | "
+                     f"{statistics.median(len(r.times) for r in rs.values()):g} | "
+                     f"{med.get('random', math.nan) / med[name]:.2f} |")
+        per_seed.append(f"- {name}: " + " ".join("-" if t is None else f"{t}({n})" for t, n in zip(two, then)))
+    return lines + ["", "per seed, measured (trials) to 2% ('-': not reached):", "", *per_seed, ""]
+
+
+def first_at(curve: list[float], goal: float) -> int | None:
+    for i, q in enumerate(curve):
+        if q >= 1 / (1 + goal) - 1e-12:
+            return i + 1
+    return None
+
+
 # --------------------------------------------------------------------------- output
 
 def median_or_none(values: list[int | None], cap: int) -> float:
@@ -298,6 +475,11 @@ def plot(curves: dict[str, list[list[float]]], title: str, path: Path) -> None:
     plt.close(fig)
 
 
+def defaults_line() -> str:
+    """What `default` stands for in this run (tests/test_search_efficiency.py checks the written file against it)."""
+    return f"`default` = tune's defaults: sampler `{DEFAULT}`, margin {MARGIN:g}."
+
+
 def machine() -> str:
     """The commit and machine (``benchmarks/record.py``'s) and the Optuna the samplers come from."""
     import record
@@ -315,6 +497,12 @@ def main() -> int:
     parser.add_argument("--first-seed", type=int, default=0, help="seeds are first-seed, first-seed + 1, ...")
     parser.add_argument("--trials", type=int, default=60, help="trials per replay")
     parser.add_argument("--samplers", default="random,default,tpe,tpe-mv,banded,qmc,lean-random,lean-banded")
+    parser.add_argument("--measured", default="random,random@sim,default@sim,tpe@sim",
+                        help="sweeps replayed against a modelled cluster, counting measured trials: SAMPLER (every "
+                             "new algorithm measured) or SAMPLER@sim[:MARGIN] (tune's rule with a real runner); '' for none")
+    parser.add_argument("--error-model", default="algorithm,protocol",
+                        help=f"how measured times err, comma-separated: {', '.join(ERROR_MODELS)}")
+    parser.add_argument("--sim-trials", type=int, default=300, help="trials (simulated) per measured replay at most")
     parser.add_argument("--build", action="store_true", help="tabulate the whole space before replaying")
     parser.add_argument("--tabulated-only", action="store_true",
                         help="replay only sections whose table is complete (the others: their size so far)")
@@ -328,14 +516,21 @@ def main() -> int:
     import logging
 
     logging.getLogger("autotaccl").setLevel(logging.ERROR)
-    chosen = [variants()[n] for n in args.samplers.split(",")]
+    chosen = [variants()[n] for n in args.samplers.split(",") if n]
+    measured = [n for n in args.measured.split(",") if n]
+    for n in measured:
+        if parse_measured(n)[0] not in variants():
+            raise SystemExit(f"--measured: {n!r}: no sampler {parse_measured(n)[0]!r}")
+    args.pool = error_pool() if measured else []
+    args.measured_names = measured
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     lines = [f"# Search efficiency (`benchmarks/search_efficiency.py`)", "",
              f"{machine()}. Replays of {args.seeds} seeds x {args.trials} trials per sampler on lookup tables "
              f"of the {args.engine} engine's part of each space (simulated times). Quality = geomean over sizes "
              f"of best known / best so far, per size as export picks; 'to 2%' = trials (distinct cache keys) "
-             f"until quality >= 1/1.02; '>N' = not reached in N trials (counted as N+1 in medians)."
+             f"until quality >= 1/1.02; '>N' = not reached in N trials (counted as N+1 in medians). "
+             f"{defaults_line()}"
              + (" Only the greedy engine's part of each space is enumerated: the MILP knobs (ordering, contiguity) "
                 "take minutes a synthesis, and nothing here speaks for the MILP part." if args.engine == "greedy" else ""),
              ""]
@@ -413,6 +608,9 @@ def section(space, collective: str, args, chosen: list[Variant], out: Path) -> l
                        for t in (first(c, r, 0.02) for c, r in zip(curves[name], rs)))
         lines.append(f"- {name}: {per}")
     lines.append("")
+    for model in args.error_model.split(",") if args.measured_names else ():
+        lines += measured_section(table, args, args.measured_names, args.pool, model)
+    print("\n".join(lines), file=sys.stderr)
     sys.stdout.flush()
     return lines
 

@@ -42,3 +42,32 @@ def test_a_sender_map_naming_non_senders_is_an_infeasible_row(tmp_path):
     row = table.get(bad)
     assert "times" not in row and "sender" in row["infeasible"] and row["cache_key"].startswith("invalid ")
     assert table.get({**bad, "symmetry": "none"}) is row                 # the same algorithm: the same row
+
+
+def test_default_is_tunes_default_and_the_written_results_measured_it():
+    from autotaccl.cli import build_parser
+    from autotaccl.tuning.objective import SweepConfig
+    from autotaccl.tuning.sweep import TuneRequest
+
+    args = build_parser().parse_args(["tune", "--space", "demo"])
+    assert (args.sampler, args.margin) == (TuneRequest.sampler, TuneRequest.margin) == (se.DEFAULT, se.MARGIN)
+    assert SweepConfig.margin == TuneRequest.margin and SweepConfig.sampler == TuneRequest.sampler
+    assert se.parse_measured("default@sim") == ("default", se.MARGIN, False)
+    assert se.parse_measured("tpe@sim:0.1") == ("tpe", 0.1, False) and se.parse_measured("random")[1] is None
+    written = (REPO / "benchmarks" / "results" / "search_efficiency.md").read_text()
+    assert se.defaults_line() in written        # rerun the benchmark with --write after changing a default
+
+
+def test_a_modelled_measurement_errs_once_per_algorithm_size_and_world_or_per_protocol():
+    row = {"cache_key": "k", "times": [10.0, 20.0]}
+    pool = [-0.1, 0.0, 0.2]
+    one, again = se.World(pool, 1, "algorithm"), se.World(pool, 1, "algorithm")
+    config = '{"protocol": "LL"}'
+    assert one.measure(config, row) == again.measure(config, row)
+    assert all(any(abs(m / t - __import__("math").exp(e)) < 1e-12 for e in pool)
+               for m, t in zip(one.measure(config, row), row["times"]))
+    other_algorithm = {"cache_key": "k2", "times": row["times"]}
+    shared = se.World(pool, 1, "protocol")
+    assert shared.measure(config, row) == shared.measure(config, other_algorithm)
+    worlds = {tuple(se.World(pool, s, "algorithm").measure(config, row)) for s in range(20)}
+    assert len(worlds) > 1                                               # each world draws its own errors

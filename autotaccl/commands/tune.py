@@ -19,9 +19,10 @@ def register(subparsers) -> None:
     p.add_argument("--trials", type=int, default=20, help="trials per study, counting earlier runs (default 20)")
     p.add_argument("--timeout", type=float, help="stop starting trials after this many seconds")
     add_runner_args(p)
-    p.add_argument("--margin", type=float, default=0.10,
-                   help="with a real runner, measure only candidates whose simulated score is within this "
-                        "fraction of the best so far (default 0.10)")
+    p.add_argument("--margin", type=float, default=0.0,
+                   help="with a real runner, measure only candidates whose simulated time at some size is below the "
+                        "best measured one's there plus this fraction, widened where the simulator misorders near "
+                        "candidates (default %(default)g)")
     p.add_argument("--synth-time-limit", type=float, default=60.0, help="solver seconds per MILP stage (default 60)")
     p.add_argument("--storage", help="Optuna storage URL (postgresql://, sqlite:///...) or a journal file path "
                                      "(default OUT/optuna.journal)")

@@ -1,7 +1,8 @@
 """The Optuna objective of a sweep: sample -> sketch -> synthesize (cached) -> measure -> score -> MLflow.
 
-Two fidelities: every trial is simulated; with a real-hardware runner, only candidates whose simulated score is
-within ``margin`` of the best so far are measured, the rest are pruned with a ``prune_reason``.
+Two fidelities: every trial is simulated; with a real-hardware runner, only candidates whose simulated time at
+some size is within ``margin`` of the best measured candidate's there are measured (tuning/prefilter.py), the
+rest are pruned with a ``prune_reason``; each measurement checks the simulator's ranking (``sim_rank_agreement``).
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from .cache import SynthesisCache
 from .evaluate import (SizeResult, WrongResults, results_frame, runner_times, score, simulate_times, size_results,
                        switch_candidate, switch_logged, synth_options, synthesize_cached)
 from .explore import enqueue_unseen, is_repeat, stuck
+from . import prefilter
 from .lowered import lower_xml, lowering, unmeasured_settings
 from .reference import Reference, load_reference
 from .space import load_space, params_to_sketch, settings
@@ -54,7 +56,7 @@ class SweepConfig:
     reference: str
     runner: str = "sim"
     runner_options: Mapping[str, Any] = field(default_factory=dict)   # runners.options_dict of its Options
-    margin: float = 0.10
+    margin: float = 0.0
     synth_time_limit: float | None = None
     trials: int = 20
     timeout: float | None = None
@@ -99,12 +101,6 @@ PATHS = ("space", "out_dir", "storage", "reference")     # SweepConfig fields th
 
 class TrialFailed(RuntimeError):
     """The configuration produced no usable algorithm (infeasible, failed verification, wrong data)."""
-
-
-def best_sim_score(study: optuna.Study) -> float | None:
-    scores = [t.user_attrs["sim_score"] for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-              if "sim_score" in t.user_attrs]
-    return min(scores) if scores else None
 
 
 class Objective:
@@ -176,17 +172,29 @@ class Objective:
         trial.set_user_attr("steps", synth.algorithm.num_steps)          # tie-breaks of tuning/winners.py
         trial.set_user_attr("transfers", len(synth.algorithm.transfers))
 
-        sim = size_results(simulate_times(synth.algorithm, self.graph, self.reference.sizes, st.protocol, st.instances),
-                           self.reference, cfg.collective, self.ranks, simulated=True)
+        sim_times = simulate_times(synth.algorithm, self.graph, self.reference.sizes, st.protocol, st.instances)
+        sim = size_results(sim_times, self.reference, cfg.collective, self.ranks, simulated=True)
         sim_score = score(sim)
         trial.set_user_attr("sim_score", sim_score)
+        trial.set_user_attr("sim_times", list(sim_times))
         record["results"], record["fidelity"] = sim, "sim"
         record["switch"] = self._switch(trial, sketch, st)
         if self.runner.real_hardware:
-            best = best_sim_score(trial.study)
-            if best is not None and sim_score > best * (1 + cfg.margin):
-                reason = (f"simulated score {sim_score:.4f} is more than {cfg.margin:.0%} above the best so far "
-                          f"({best:.4f}); not measured with the {cfg.runner} runner")
+            done = prefilter.measured(trial.study)
+            same = prefilter.twin(done, synth.key)
+            measure, why = prefilter.worth_measuring(done, sim_times, synth.key, self.reference.sizes, cfg.margin)
+            if same is not None:     # the same algorithm: its measurement, not a second one
+                trial.set_user_attr("same_as", same.number)
+                value = same.value
+                trial.set_user_attr("fidelity", cfg.runner)
+                trial.set_user_attr("results", same.user_attrs["results"])
+                trial.set_user_attr("verified", True)
+                record["results"] = [SizeResult(**r) for r in same.user_attrs["results"]]
+                record["fidelity"] = cfg.runner
+                self._log(trial, record, "COMPLETE", value=value)
+                return value
+            if not measure:
+                reason = f"{why}; not measured with the {cfg.runner} runner"
                 trial.set_user_attr("prune_reason", reason)
                 trial.set_user_attr("results", [asdict(r) for r in sim])
                 trial.report(sim_score, 0)
@@ -204,6 +212,7 @@ class Objective:
                 self._fail(trial, record, f"{cfg.runner} runner: {err}")
             record["results"] = size_results(times, self.reference, cfg.collective, self.ranks, simulated=False)
             record["fidelity"], record["raw"] = cfg.runner, frame
+            self._check_ranking(trial, done, sim_times, times, why)
         value = score(record["results"])
         trial.set_user_attr("fidelity", record["fidelity"])
         trial.set_user_attr("results", [asdict(r) for r in record["results"]])
@@ -218,6 +227,19 @@ class Objective:
         for key, value in (candidate.attrs() if candidate else {}).items():
             trial.set_user_attr(key, value)
         return candidate
+
+    def _check_ranking(self, trial: optuna.Trial, done, sim_times, times, why: str) -> None:
+        """Log how well the simulator has ranked the measured candidates so far, this one included."""
+        pairs = [(t.user_attrs["sim_times"], [r["time_us"] for r in t.user_attrs["results"]]) for t in done]
+        agreement = prefilter.rank_agreement([*pairs, (list(sim_times), list(times))])
+        trial.set_user_attr("measured_because", why)
+        if agreement is None:
+            return
+        trial.set_user_attr("sim_rank_agreement", agreement)
+        log.log(logging.WARNING if agreement < 0.6 and len(pairs) >= 4 else logging.INFO,
+                "%s: trial %d measured (%s); the simulator orders the %d measured candidates as the %s runner does "
+                "in %.0f%% of pairs per size", self.config.study_name, trial.number, why, len(pairs) + 1,
+                self.config.runner, 100 * agreement)
 
     def _fail(self, trial: optuna.Trial, record: dict, reason: str) -> None:
         trial.set_user_attr("failure_reason", reason)
@@ -257,6 +279,8 @@ class Objective:
                 "rank": trial.user_attrs.get("retry_of", trial.number)}     # a redone trial keeps its place
         if reason:
             tags["failure_reason" if state == "FAIL" else "prune_reason"] = reason[:5000]
+        if "same_as" in trial.user_attrs:      # the measurement of that trial's algorithm, reused
+            tags["same_as"] = trial.user_attrs["same_as"]
         metrics: dict[str, float] = {}
         artifacts: dict[str, str | bytes] = {"hardware.yaml": self.hardware}    # with nodes: the topology
         if "sketch" in record:      # the sketch in full; its searched knobs are params under their own names
@@ -290,6 +314,8 @@ class Objective:
             metrics.update(tracking.size_metrics(frame.to_dict("records")))
             curves = tracking.size_curves(frame.to_dict("records"))
             metrics["sim_objective"] = trial.user_attrs.get("sim_score", score(results))
+            if "sim_rank_agreement" in trial.user_attrs:
+                metrics["sim_rank_agreement"] = trial.user_attrs["sim_rank_agreement"]
             metrics["bound_pct_mean"] = float(frame["bound_pct"].mean())
             artifacts["measurements.csv"] = frame.to_csv(index=False)
             if "raw" in record:

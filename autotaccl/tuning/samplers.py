@@ -20,7 +20,8 @@ def make_sampler(name: Sampler, seed: int | None, sizes: Sequence[int] = (), fix
         from .banded import BandedSampler
         from .lean import LeanSampler
 
-        # each trial aims at one size in turn, after 3 start-up trials
+        # each trial aims at one size in turn, after 3 start-up trials (selectable: in the replays of
+        # benchmarks/search_efficiency.py it is not ahead of random by trials)
         return LeanSampler(BandedSampler(sizes, count=len(sizes), seed=seed, n_startup_trials=3), fixed)
 
     if name == "banded":

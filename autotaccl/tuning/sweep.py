@@ -78,7 +78,7 @@ class TuneRequest:
     extend: bool = False        # the space may have grown (choices, ranges, sizes) since the study was made
     adopt: bool = False         # log into an experiment of the same name that another tool created
     repair: bool = False        # rebuild a damaged or missing MLflow store, damaged sweep records (tuning/damage.py)
-    margin: float = 0.10
+    margin: float = 0.0         # with a real runner: measure what beats some size's best measured (prefilter.py)
     synth_time_limit: float | None = 60.0
     heartbeat: float = INTERVAL     # seconds between a running trial's heartbeats (silent for 3: failed, retried)
     until: float | None = None      # stop once every size is within this share of its attainable bound
