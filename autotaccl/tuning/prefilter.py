@@ -4,9 +4,8 @@ Export keeps the fastest trial per size, so a candidate is worth a measurement w
 improve some size: below the best simulated time plus ``margin``, at that size, among the candidates measured
 so far (``worth_measuring``). A geomean rule would skip the small-size winner whose large sizes are slow. An
 algorithm already measured (same synthesis cache key, ``twin``) is not measured again: its measurement is
-reused. ``rank_agreement`` checks the
-simulator against the measurements as the sweep goes: the share of pairs of measured candidates, per size,
-that the simulator orders as the runner does.
+reused. ``rank_agreement`` checks the simulator against the measurements as the sweep goes: the share of
+pairs of measured candidates, per size, that the simulator orders as the runner does.
 """
 from __future__ import annotations
 
