@@ -158,7 +158,8 @@ def exported(uri: str, out: Path) -> dict:
         raise AssertionError(f"export failed: {run.stdout}{run.stderr}")
     rows = json.loads((out / "table.json").read_text())["ranges"]
     strip = re.compile(r"trial-\d+|[0-9a-f]{32}")
-    table = [{k: v for k, v in r.items() if k not in ("run_id", "winner", "trial", "xml")} for r in rows]
+    table = [{k: strip.sub("*", v) if isinstance(v, str) else v for k, v in r.items()
+              if k not in ("run_id", "winner", "trial", "xml")} for r in rows]   # labels such as mscclpp_winner
     xml = sorted(strip.sub("*", p.read_text()) for p in out.rglob("*.xml"))
     return {"table": table, "xml": xml, "winners": [strip.sub("trial", str(r.get("winner"))) for r in rows]}
 
