@@ -365,20 +365,17 @@ def replay_measured(table: Table, variant: Variant, margin: float | None, world:
             continue
         trial.set_user_attr("cache_key", row["cache_key"])
         trial.set_user_attr("sim_times", row["times"])
-        if (same := prefilter.twin(prefilter.measured(study), row["cache_key"])) is not None:
+        done = prefilter.measured(study)
+        if (same := prefilter.twin(done, row["cache_key"])) is not None:
             for key in ("fidelity", "results"):                 # its measurement reused, as tune does
                 trial.set_user_attr(key, same.user_attrs[key])
             trial.set_user_attr("same_as", same.number)
             study.tell(trial, same.value)
             continue
-        if margin is None:
-            measure = True
-        else:
-            measure, _why = prefilter.worth_measuring(prefilter.measured(study), row["times"], row["cache_key"],
-                                                      space.sizes, margin,
-                                                      prefilter.simulated(study) if versus_all else None)
         sim_rel = table.relative(row)
-        if not measure and margin is not None:
+        if margin is not None and not prefilter.worth_measuring(done, row["times"], row["cache_key"], space.sizes,
+                                                                margin, prefilter.simulated(study) if versus_all
+                                                                else None)[0]:
             trial.set_user_attr("results", [{"size": s, "relative": r} for s, r in zip(space.sizes, sim_rel)])
             trial.report(table.score(row), 0)
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)

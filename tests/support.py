@@ -55,6 +55,19 @@ def fresh_store(out: Path) -> str:
     return f"sqlite:///{out / 'mlflow.db'}"
 
 
+def swept_store(tmp: Path, space: dict, **request) -> tuple[Path, list]:
+    """A real ``tune`` of ``space`` (written to ``tmp/space.yaml``) into a fresh store at ``tmp/runs``:
+    (that directory, tune's summaries). ``request``: the other TuneRequest fields."""
+    import yaml
+
+    from autotaccl.tuning.sweep import TuneRequest, tune
+
+    path, out = tmp / "space.yaml", tmp / "runs"
+    path.write_text(yaml.safe_dump(space, sort_keys=False))
+    fresh_store(out)
+    return out, tune(TuneRequest(space=str(path), out=str(out), progress=False, **request))
+
+
 def runs(out: Path, name: str = "ndv2x2-allgather"):
     """The MLflow runs of experiment ``name`` in ``out``'s default store."""
     mlflow.set_tracking_uri(f"sqlite:///{out / 'mlflow.db'}")

@@ -16,7 +16,7 @@ import os
 import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import optuna
 import pandas as pd
@@ -25,6 +25,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 from .. import tracking
 from ..errors import InputError
 from ..model.algorithm import VerificationError, load_algorithm, verify
+from ..model.switch import PROTOCOL as SWITCH_PROTOCOL
 from ..safety import replaced_dir
 from ..sizes import format_size
 from . import runtimes as rt
@@ -308,11 +309,12 @@ def ranges_for(experiment, frame: pd.DataFrame, excluded: set[str], nccl: dict[i
     xml_rows = winners(frame, sizes, excluded, rejected=rejected.get("xml"))
     plan_rows = winners(frame, sizes, excluded, plan=True, rejected=rejected.get("plan"))
     free_rows = winners(frame, sizes, excluded, plan=True) if rejected.get("plan") else plan_rows
+    def served(row: tuple[dict, dict, dict]) -> tuple[str, str, bool]:
+        return row[0]["run"].run_id, row[1]["run"].run_id, row[1]["switch"]
+
     groups: list[list[tuple[dict, dict, dict]]] = []
     for row in zip(xml_rows, plan_rows, free_rows):
-        key = (row[0]["run"].run_id, row[1]["run"].run_id, row[1]["switch"])
-        last = groups[-1][-1] if groups else None
-        if last is not None and (last[0]["run"].run_id, last[1]["run"].run_id, last[1]["switch"]) == key:
+        if groups and served(groups[-1][-1]) == served(row):
             groups[-1].append(row)
         else:
             groups.append([row])
@@ -322,14 +324,8 @@ def ranges_for(experiment, frame: pd.DataFrame, excluded: set[str], nccl: dict[i
     for i, group in enumerate(groups):
         xml, plan = [g[0] for g in group], [g[1] for g in group]
         run, plan_run = xml[0]["run"], plan[0]["run"]
-
-        def settings(run: pd.Series) -> tuple[tuple[str, ...], tuple[str, int]]:
-            skipped = tuple(k for k in not_measured if run["tags.autotaccl.kind"] != "baseline")
-            return skipped, run_settings(_param(run, "protocol") or "Simple",
-                                         int(float(_param(run, "instances") or 1)), skipped)
-
-        skipped, (protocol, instances) = settings(run)
-        plan_protocol, plan_instances = ("Simple", 1) if plan[0]["switch"] else settings(plan_run)[1]
+        skipped, (protocol, instances) = _settings(run, not_measured)
+        plan_settings = (SWITCH_PROTOCOL, 1) if plan[0]["switch"] else _settings(plan_run, not_measured)[1]
 
         def per(key: str) -> tuple[float, ...]:
             return tuple(float(run.get(f"metrics.{key}.{r['size']}", math.nan)) for r in xml)
@@ -349,11 +345,18 @@ def ranges_for(experiment, frame: pd.DataFrame, excluded: set[str], nccl: dict[i
             nccl_choice=tuple(choices[s] for s in swept) if all(s in choices for s in swept) else (),
             swept=swept, plan_winner=_label(plan_run, plan[0]["switch"]), plan_run_id=plan_run.run_id,
             plan_switch=plan[0]["switch"], plan_time_us=tuple(r["time_us"] for r in plan),
-            plan_protocol=plan_protocol, plan_instances=plan_instances,
+            plan_protocol=plan_settings[0], plan_instances=plan_settings[1],
             nccl_wins=tuple(s in nccl and nccl[s] < t * (1 - TIE) for s, t in zip(swept, ours)),
             why=_why(_label(run), _label(plan_run, plan[0]["switch"]), plan[0]["switch"],
                      [g[2] for g in group], rejected.get("plan", {}))))
     return out
+
+
+def _settings(run: pd.Series, not_measured: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, int]]:
+    """(the knobs not measured for ``run``, its (protocol, instances) as the runtime files run it)."""
+    skipped = tuple(k for k in not_measured if run["tags.autotaccl.kind"] != "baseline")
+    return skipped, run_settings(_param(run, "protocol") or "Simple", int(float(_param(run, "instances") or 1)),
+                                 skipped)
 
 
 def _why(xml: str, plan: str, switch: bool, free: Sequence[dict], rejected: Mapping[tuple[str, bool], str]) -> str:
@@ -464,10 +467,10 @@ def _files_for(client, rng: Range, graph, workdir: Path) -> tuple[Files | None, 
         algorithm, why = _algorithm(client, rng.plan_run_id, artifact, graph, workdir)
         if algorithm is None:
             return None, Refused("plan" if rng.plan_switch else "all", key, why)
-    why = rt.refusal("mscclpp", algorithm, graph, plan_protocol(rng.plan_protocol), rng.plan_instances)
+    proto = plan_protocol(rng.plan_protocol)
+    why = rt.refusal("mscclpp", algorithm, graph, proto, rng.plan_instances)
     if why is not None:
         return None, Refused("plan", key, why)
-    proto = plan_protocol(rng.plan_protocol)
     if proto != rng.plan_protocol:
         notes.append(f"mscclpp: the plan runs {proto} (MSCCL++ has no {rng.plan_protocol}); {NOT_MEASURED}")
     for mode, inplace in (("outofplace", False), ("inplace", True)):

@@ -182,7 +182,6 @@ class Objective:
         if self.runner.real_hardware:
             done = prefilter.measured(trial.study)
             same = prefilter.twin(done, synth.key)
-            measure, why = prefilter.worth_measuring(done, sim_times, synth.key, self.reference.sizes, cfg.margin)
             if same is not None:     # the same algorithm: its measurement, not a second one
                 trial.set_user_attr("same_as", same.number)
                 value = same.value
@@ -193,6 +192,7 @@ class Objective:
                 record["fidelity"] = cfg.runner
                 self._log(trial, record, "COMPLETE", value=value)
                 return value
+            measure, why = prefilter.worth_measuring(done, sim_times, synth.key, self.reference.sizes, cfg.margin)
             if not measure:
                 reason = f"{why}; not measured with the {cfg.runner} runner"
                 trial.set_user_attr("prune_reason", reason)

@@ -5,11 +5,9 @@ from types import SimpleNamespace
 
 import mlflow
 import pytest
-import yaml
 
 from autotaccl.cli import main
-from autotaccl.tuning.sweep import TuneRequest, tune
-from support import fresh_store
+from support import swept_store
 from dashboards.report import experiment_section
 
 SPACE = {
@@ -27,11 +25,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def tracked(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("report")
-    space = tmp / "space.yaml"
-    space.write_text(yaml.safe_dump(SPACE, sort_keys=False))
-    out = tmp / "runs"
-    fresh_store(out)
-    tune(TuneRequest(space=str(space), trials=4, out=str(out), sampler="random", seed=5, progress=False))
+    out, _ = swept_store(tmp, SPACE, trials=4, sampler="random", seed=5)
     return tmp, f"sqlite:///{out / 'mlflow.db'}"
 
 

@@ -15,11 +15,9 @@ import sys
 
 import mlflow
 import pytest
-import yaml
 
 from autotaccl.cli import main
-from autotaccl.tuning.sweep import TuneRequest, tune
-from support import fresh_store
+from support import swept_store
 
 pytestmark = pytest.mark.browser
 
@@ -50,12 +48,7 @@ window.addEventListener("load", () => {
 
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
-    tmp_path = tmp_path_factory.mktemp("browser")
-    space = tmp_path / "space.yaml"
-    space.write_text(yaml.safe_dump(SPACE, sort_keys=False))
-    out = tmp_path / "runs"
-    fresh_store(out)
-    tune(TuneRequest(space=str(space), trials=3, out=str(out), sampler="bruteforce", seed=0, progress=False))
+    out, _ = swept_store(tmp_path_factory.mktemp("browser"), SPACE, trials=3, sampler="bruteforce", seed=0)
     return out
 
 

@@ -14,9 +14,8 @@ from autotaccl.cli import main
 from autotaccl.formats.msccl import check_xml
 from autotaccl.formats.mscclpp import check_plan_file, read_plan
 from autotaccl.tuning.export import EXPORTS, winners
-from autotaccl.tuning.sweep import TuneRequest, tune
 from autotaccl.tuning.winners import Entry, pick
-from support import fresh_store, plugin_choice, plugin_rules
+from support import fresh_store, plugin_choice, plugin_rules, swept_store
 
 SIZES = [1024, 32768, 1048576, 16777216]
 SPACE = {
@@ -35,11 +34,7 @@ SPACE = {
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("export")
-    space = tmp / "space.yaml"
-    space.write_text(yaml.safe_dump(SPACE, sort_keys=False))
-    out = tmp / "runs"
-    fresh_store(out)
-    (summary,) = tune(TuneRequest(space=str(space), trials=6, out=str(out), sampler="random", seed=3, progress=False))
+    out, (summary,) = swept_store(tmp, SPACE, trials=6, sampler="random", seed=3)
     return tmp, f"sqlite:///{out / 'mlflow.db'}", summary
 
 

@@ -14,7 +14,6 @@ import mlflow
 import optuna
 import pandas as pd
 import pytest
-import yaml
 
 from runners import get_runner
 
@@ -27,8 +26,7 @@ from autotaccl.tuning import runtimes as rt
 from autotaccl.tuning.evaluate import switch_options
 from autotaccl.tuning.export import ranges_for, table_frame
 from autotaccl.tuning.space import Settings
-from autotaccl.tuning.sweep import TuneRequest, tune
-from support import fresh_store, plugin_choice, plugin_rules
+from support import plugin_choice, plugin_rules, swept_store
 
 SIZES = [1024, 1048576, 16777216, 268435456]
 EXPERIMENT = "dgx-h100x1-allreduce"
@@ -44,12 +42,7 @@ SPACE = {
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("switch")
-    space = tmp / "space.yaml"
-    space.write_text(yaml.safe_dump(SPACE, sort_keys=False))
-    out = tmp / "runs"
-    fresh_store(out)
-    (summary,) = tune(TuneRequest(space=str(space), trials=3, out=str(out), sampler="random", seed=1,
-                                  progress=False))
+    out, (summary,) = swept_store(tmp, SPACE, trials=3, sampler="random", seed=1)
     uri = f"sqlite:///{out / 'mlflow.db'}"
     target = tmp / "export"
     assert main(["export", "--tracking-uri", uri, "--experiment", EXPERIMENT, "-o", str(target)]) == 0

@@ -174,9 +174,8 @@ def _gpu_problems(plan: Plan, g: Gpu, errors: list, warnings: list) -> None:
 
 def _op_problem(plan: Plan, g: Gpu, tb: ThreadBlock, op: Op) -> str | None:
     name = op.name
-    if lone_pipeline_op(op) is not None:
-        op = lone_pipeline_op(op)
-        name = op.name
+    if (inner := lone_pipeline_op(op)) is not None:
+        op, name = inner, inner.name
     if name in UNMODELLED:
         return f"{name}: the checker does not model {UNMODELLED[name]}"
     if name in PACKET_OPS and plan.protocol != "LL":
