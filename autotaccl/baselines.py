@@ -6,6 +6,7 @@ edge exists) and ``two-step`` (node-aware AllToAll). Each schedule is described 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Iterable, Literal, NamedTuple, Sequence, get_args
@@ -15,7 +16,9 @@ import networkx as nx
 from .errors import ParameterError
 from .model.algorithm import Algorithm, Transfer, renumber_steps
 from .model.collectives import Collective, canonical_name
+from .model.protocols import Protocol
 from .model.topology import num_ranks
+from .simulate import PROTOCOLS, Costs, algorithm_costs, link_efficiency, protocol_terms, simulate_below, simulate_sizes
 
 log = logging.getLogger(__name__)
 
@@ -117,41 +120,71 @@ def best_runs(graph: nx.DiGraph, collective_name: str, algo: str, sizes: Sequenc
     """Per size, the fastest simulated way to run baseline ``algo`` over :func:`channel_options` and
     protocols. The ways are ranked by the closed form (:func:`autotaccl.simulate.estimate`) and the best
     ``SIMULATED`` of them simulated: a 16-channel ring on 32 ranks has 30,000 transfers."""
-    from .simulate import PROTOCOLS, algorithm_costs, link_efficiency, protocol_terms, simulate_sizes
+    ways = _ways(graph, collective_name, algo)
+    best: list[BaselineRun | None] = [None] * len(sizes)
+    for w, at in _chosen(ways, graph, sizes).items():
+        way = ways[w]
+        for i, r in zip(at, simulate_sizes(way.algorithm, graph, [sizes[i] for i in at], way.protocol, way.instances)):
+            if best[i] is None or r.time_us < best[i].time_us:
+                best[i] = BaselineRun(r.time_us, way.protocol, way.channels, way.instances)
+    return best
 
+
+class _Way(NamedTuple):
+    """One way to run a baseline, with its closed-form costs (for ranking the ways)."""
+    algorithm: Algorithm
+    protocol: str
+    channels: int
+    instances: int
+    costs: Costs
+    terms: Protocol
+
+
+def _ways(graph: nx.DiGraph, collective_name: str, algo: str) -> list[_Way]:
+    """Every ``(channels, instances)`` of :func:`channel_options` under every protocol, each built once."""
     ways = []
     for channels, instances in channel_options(graph, algo):
         algorithm = baseline(graph, collective_name, algo, channels)
         for protocol in PROTOCOLS:
-            ways.append((algorithm, protocol, channels, instances, algorithm_costs(algorithm, graph, protocol),
-                         protocol_terms(graph, protocol)))
+            ways.append(_Way(algorithm, protocol, channels, instances, algorithm_costs(algorithm, graph, protocol),
+                             protocol_terms(graph, protocol)))
+    return ways
+
+
+def _chosen(ways: list[_Way], graph: nx.DiGraph, sizes: Sequence[int]) -> dict[int, list[int]]:
+    """Way -> the indices of the sizes it is simulated at: per size the ``SIMULATED`` best closed forms."""
     efficiency = link_efficiency(graph)
-    chosen: dict[int, list[int]] = {}           # way -> indices of the sizes it is simulated at
+    chosen: dict[int, list[int]] = {}
     for i, size in enumerate(sizes):
-        score = [c.latency_us(p) + c.bandwidth_us(size, p, efficiency, inst) for _, _, _, inst, c, p in ways]
+        score = [w.costs.latency_us(w.terms) + w.costs.bandwidth_us(size, w.terms, efficiency, w.instances)
+                 for w in ways]
         for w in sorted(range(len(ways)), key=score.__getitem__)[:SIMULATED]:
             chosen.setdefault(w, []).append(i)
-    best: list[BaselineRun | None] = [None] * len(sizes)
-    for w, at in chosen.items():
-        algorithm, protocol, channels, instances = ways[w][:4]
-        for i, r in zip(at, simulate_sizes(algorithm, graph, [sizes[i] for i in at], protocol, instances)):
-            if best[i] is None or r.time_us < best[i].time_us:
-                best[i] = BaselineRun(r.time_us, protocol, channels, instances)
-    return best
+    return chosen
 
 
 def best_baseline(graph: nx.DiGraph, collective_name: str, size: int):
     """``(name, algorithm, SimResult)`` of the applicable baseline the simulator finds fastest at ``size``,
     over its channel options (:func:`channel_options`) and protocols."""
-    from .simulate import simulate
+    return best_baselines(graph, collective_name, [size])[0]
 
-    best = None
+
+def best_baselines(graph: nx.DiGraph, collective_name: str, sizes: Sequence[int]) -> list[tuple]:
+    """:func:`best_baseline` at each of ``sizes``, every baseline built once. The ways :func:`best_runs`
+    would simulate are taken in its order (the earlier wins a tie); a way whose floor
+    (:func:`autotaccl.simulate.simulate_below`) is not below the best so far is not simulated, as it
+    cannot replace it: the choice is the same."""
+    best: list[tuple | None] = [None] * len(sizes)
     for algo in applicable_baselines(graph, collective_name):
-        run = best_runs(graph, collective_name, algo, [size])[0]
-        if best is None or run.time_us < best[2].time_us:
-            algorithm = baseline(graph, collective_name, algo, run.channels)
-            best = (algo, algorithm, simulate(algorithm, graph, size, run.protocol, run.instances))
-    if best is None:
+        ways = _ways(graph, collective_name, algo)
+        for w, at in _chosen(ways, graph, sizes).items():
+            way = ways[w]
+            for i in at:
+                limit = math.inf if best[i] is None else best[i][2].time_us / (1 - 1e-9)
+                _, result = simulate_below(way.algorithm, graph, sizes[i], limit, way.protocol, way.instances)
+                if result is not None and (best[i] is None or result.time_us < best[i][2].time_us):
+                    best[i] = (algo, way.algorithm, result)
+    if any(b is None for b in best):
         raise ParameterError("collective", canonical_name(collective_name),
                              f"a collective some baseline can run on {graph.graph.get('name')}")
     return best

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from autotaccl.baselines import (ALGORITHMS, _binary_tree, applicable_baselines, baseline, best_baseline,
-                                 channel_options)
+                                 best_baselines, best_runs, channel_options)
 from autotaccl.errors import InputError
 from autotaccl.model.algorithm import verify
 from autotaccl.model.collectives import NAMES
@@ -267,6 +267,25 @@ def test_best_baseline_is_the_fastest_candidate(topo):
                     alternative = simulate(baseline(graph, "allreduce", other, channels), graph, size, protocol, instances)
                     assert result.time_us <= alternative.time_us * (1 + 1e-9)
         assert algo.metadata["baseline"] == name
+
+
+@pytest.mark.parametrize("hardware,nodes,collective", [
+    ("ndv2", 2, "allgather"), pytest.param("dgx-a100", 2, "allreduce", marks=pytest.mark.slow),
+    pytest.param("dgx-h100", 2, "reducescatter", marks=pytest.mark.slow)])
+def test_best_baselines_skip_only_what_cannot_win(topo, hardware, nodes, collective):
+    """The floor-pruned choice over several sizes at once is the unpruned one: every baseline's best run
+    (:func:`best_runs`), the first fastest kept."""
+    graph = topo(hardware, nodes)
+    sizes = [1 << 10, 1 << 20, 1 << 30]
+    chosen = best_baselines(graph, collective, sizes)
+    names = applicable_baselines(graph, collective)
+    runs = {name: best_runs(graph, collective, name, sizes) for name in names}
+    for i, (name, algorithm, result) in enumerate(chosen):
+        fastest = min(names, key=lambda n: runs[n][i].time_us)     # min keeps the first on a tie
+        assert name == fastest and result.time_us == runs[name][i].time_us
+        run = runs[name][i]
+        assert algorithm == baseline(graph, collective, name, run.channels)
+        assert result == simulate(algorithm, graph, sizes[i], run.protocol, run.instances)
 
 
 def test_channel_options_reach_nccls_channel_count(topo):

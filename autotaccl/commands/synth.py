@@ -1,7 +1,7 @@
 """``autotaccl synth``: synthesize one algorithm from a sketch, report each stage, simulate it, compare."""
 from __future__ import annotations
 
-from ..baselines import best_baseline
+from ..baselines import best_baselines
 from ..bounds import bound_algbw, bounds
 from ..errors import InputError
 from ..formats.loading import RUNTIMES, loader
@@ -59,16 +59,16 @@ def run(args) -> int:
 
     limits = bounds(graph, collective)
     sizes = sorted({size, REFERENCE_SIZE})
-    simulated, baseline = [], []
+    simulated = []
     for s in sizes:
         sim = simulate(result.algorithm, graph, s, protocol, instances)
         simulated.append({"bytes": s, "time_us": sim.time_us, "algbw": sim.algbw_GBps,
                           "bound_algbw": bound_algbw(limits, s)})
-        try:
-            name, _, base = best_baseline(graph, collective, s)
-            baseline.append({"bytes": s, "name": name, "time_us": base.time_us, "algbw": base.algbw_GBps})
-        except InputError:
-            baseline.append({"bytes": s, "name": None, "time_us": None, "algbw": None})
+    try:
+        baseline = [{"bytes": s, "name": name, "time_us": base.time_us, "algbw": base.algbw_GBps}
+                    for s, (name, _, base) in zip(sizes, best_baselines(graph, collective, sizes))]
+    except InputError:
+        baseline = [{"bytes": s, "name": None, "time_us": None, "algbw": None} for s in sizes]
     stages = {name: {"seconds": r.seconds, "variables": r.variables, "constraints": r.constraints,
                      "status": r.status, "solver": r.solver, "message": r.message}
               for name, r in result.stages.items()}
