@@ -88,3 +88,27 @@ def test_on_256_gpus_the_default_runtime_loads_a_schedule_near_the_bound(topo):
     assert max(len(tb.steps) for gpu in program.gpus for tb in gpu.tbs) <= limits.steps_per_tb
     assert max(1 + program.ngpus + len(gpu.tbs) + sum(len(tb.steps) for tb in gpu.tbs)
                for gpu in program.gpus) <= limits.nodes_per_rank
+
+
+def test_a_loader_lowers_an_algorithm_asked_again_once(topo, monkeypatch):
+    """Asked again right after about the same object and run, a loader answers from its one lowering (the
+    same answer, a refusal too); another run, or another object, is lowered anew."""
+    from dataclasses import replace
+
+    from autotaccl.formats import msccl
+    from autotaccl.sketch import default_sketch, logical_topology
+    from autotaccl.synth.greedy.select import sketch_baselines
+
+    g = topo("ndv2", 2)
+    ring = sketch_baselines(logical_topology(g, "allgather", default_sketch(g, "allgather"), 1 << 20))[0]
+    real, lowered = msccl.lower_program, []
+    monkeypatch.setattr(msccl, "lower_program", lambda a, o: lowered.append(a) or real(a, o))
+    check = loader("msccl-executor")
+    assert check.problem(ring, "Simple", 1) is None and check.problem(ring, "Simple", 1) is None
+    assert len(lowered) == 1
+    assert check.problem(ring, "Simple", 2) is None and len(lowered) == 2       # another run
+    broken = replace(ring, transfers=ring.transfers[:-1])                        # fails verify: refused
+    refused = check.problem(broken, "Simple", 1)
+    assert refused and "verify" in refused and check.problem(broken, "Simple", 1) == refused and len(lowered) == 3
+    twin = replace(ring)                                                          # equal, another object
+    assert twin == ring and check.problem(twin, "Simple", 1) is None and len(lowered) == 4

@@ -3,6 +3,7 @@ checker; IR -> XML -> IR keeps verify() and the simulated time; runtime limits a
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import re
 
 import pytest
@@ -587,3 +588,59 @@ def test_the_size_check_counts_a_forwarded_chunk_as_one_step_and_anything_else_a
     with pytest.raises(LoweringError) as err:
         lower(chain(1))
     assert err.value.field == "XML nodes per rank" and "rank 1 needs at least 6004 (6000 steps" in err.value.expected
+
+
+def _numbered_then_checked(monkeypatch):
+    """The lowering as it was before the limits moved into ``_number``: every step made under no limit,
+    then the program's counts checked against the runtime's (the reference for the pre-check)."""
+    from autotaccl.formats.msccl.lower import lower as module
+    from autotaccl.formats.msccl.program import LIMITS, Limits
+
+    fast = module._number
+    loose = Limits(steps_per_tb=1 << 30, tbs_per_gpu=1 << 30, nodes_per_rank=1 << 30, max_offset=1 << 30)
+
+    def slow(steps, coll, scratch, source, runtime):
+        limits = LIMITS[runtime]
+        monkeypatch.setitem(LIMITS, runtime, replace(loose, dep_target_tb=limits.dep_target_tb))
+        try:
+            gpus = fast(steps, coll, scratch, source, runtime)
+        finally:
+            monkeypatch.setitem(LIMITS, runtime, limits)
+        module._check_limits([module._Shape(g.id, g.i_chunks, g.o_chunks, g.s_chunks, tuple(
+            (tb.id, tb.send, tb.recv, tb.chan, len(tb.steps)) for tb in g.tbs)) for g in gpus], coll.ranks, source,
+            runtime)
+        return gpus
+
+    return module, slow
+
+
+def _outcome(algorithm: Algorithm, options: LoweringOptions) -> str:
+    try:
+        return lower(algorithm, options)
+    except LoweringError as err:
+        return f"refused: {err}"
+
+
+@pytest.mark.parametrize("steps,nodes,channels", [(4, 4096, 32), (9, 4096, 2), (12, 4096, 2), (64, 60, 32),
+                                                   (64, 90, 32), (64, 4096, 32)])
+@pytest.mark.parametrize("planned", [True, False], ids=["planned-check", "no-planned-check"])
+def test_limits_checked_before_the_steps_are_made_refuse_what_the_program_check_refused(monkeypatch, steps, nodes,
+                                                                                          channels, planned):
+    """Counting a thread block's steps and nops before making them refuses (or keeps) exactly what checking
+    the finished program did, with the same message, and the same XML where it loads. Without the earlier
+    check of the planned steps (``planned`` off), every refusal comes from these counts."""
+    from autotaccl.formats.msccl.program import LIMITS
+
+    module, slow = _numbered_then_checked(monkeypatch)
+    monkeypatch.setitem(LIMITS, "msccl-executor", replace(LIMITS["msccl-executor"], steps_per_tb=steps,
+                                                          nodes_per_rank=nodes, channels=channels))
+    if not planned:
+        monkeypatch.setattr(module, "_check_steps", lambda *args: None)
+    graph = build_topology(load_hardware("dgx-a100"), 2)
+    cases = [(ring_allreduce(8), LoweringOptions()), (ring_allgather(16), LoweringOptions(instances=2)),
+             (baseline(graph, "allreduce", "hierarchical"), LoweringOptions())]
+    fast = [_outcome(a, o) for a, o in cases]
+    monkeypatch.setattr(module, "_number", slow)
+    assert fast == [_outcome(a, o) for a, o in cases]
+    if not planned and channels == 2:     # too few channels to spread the chunks over
+        assert any("on msccl-executor" in outcome for outcome in fast)

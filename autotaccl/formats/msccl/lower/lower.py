@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter, defaultdict
+from typing import NamedTuple
 
 from ....gcpause import gc_paused
 from ....model.algorithm import Algorithm, VerificationError, switch_ops, verify
@@ -185,9 +186,8 @@ def _build(expanded: Algorithm, uses: Uses, channels, origin, forbid, opts: Lowe
     steps = build_steps(expanded, plan, lay, limits.max_cnt, origin)
     _check_steps(Counter(st.tb for st in steps), coll.ranks, limits, source)
     add_dependencies(steps, coll.name, coll.chunkup, opts.inplace, opts.outofplace)
-    gpus = _number(steps, coll, lay.scratch, source, limits)
+    gpus = _number(steps, coll, lay.scratch, source, opts.runtime)     # checks the runtime's limits
     program = Program(_header(algorithm, coll, gpus, opts), gpus)
-    _check_limits(program, source, opts.runtime)
     stuck, problem = _replay(program, coll.name, opts)
     return program, stuck, problem
 
@@ -220,16 +220,23 @@ def _header(algorithm: Algorithm, coll, gpus, opts: LoweringOptions) -> dict[str
     return header
 
 
-def _number(steps: list[StepRec], coll, scratch, source: str, limits) -> tuple[Gpu, ...]:
+def _number(steps: list[StepRec], coll, scratch, source: str, runtime: str) -> tuple[Gpu, ...]:
     """Thread-block ids (sorted by send, recv, channel; dependency targets first if ids > 127 would
-    otherwise be targets), ``s`` indices with nops for extra dependencies, and ``hasdep``."""
+    otherwise be targets), ``s`` indices with nops for extra dependencies, and ``hasdep``. The runtime's
+    limits (:func:`_check_limits`) are checked on the counts before any step is made: a plan that breaks
+    one fails as it would on the program, for a fraction of the cost."""
+    limits = LIMITS[runtime]
     by_tb: dict[TbKey, list[StepRec]] = defaultdict(list)
     for st in steps:
         by_tb[st.tb].append(st)
+    of_rank: dict[int, list[TbKey]] = defaultdict(list)
+    for key in by_tb:
+        of_rank[key[0]].append(key)
     targets = {d.tb for st in steps for d in st.deps}
     tb_id: dict[TbKey, int] = {}
+    ordered: list[list[TbKey]] = []        # per rank, its thread blocks by id
     for rank in range(coll.ranks):
-        keys = sorted((k for k in by_tb if k[0] == rank), key=lambda k: (k[1], k[2], k[3]))
+        keys = sorted(of_rank.get(rank, ()), key=lambda k: (k[1], k[2], k[3]))
         if any(k in targets for k in keys[limits.dep_target_tb + 1:]):
             keys.sort(key=lambda k: k not in targets)
             n_targets = sum(k in targets for k in keys)
@@ -239,7 +246,9 @@ def _number(steps: list[StepRec], coll, scratch, source: str, limits) -> tuple[G
                                     f"rank {rank} needs {n_targets}, {n_targets - limits.dep_target_tb - 1} too many")
         for i, k in enumerate(keys):
             tb_id[k] = i
+        ordered.append(keys)
     xml_index: dict[int, int] = {}
+    length: dict[TbKey, int] = {}
     for key, sts in by_tb.items():
         s = 0
         for st in sts:
@@ -247,11 +256,15 @@ def _number(steps: list[StepRec], coll, scratch, source: str, limits) -> tuple[G
             s += max(len(st.deps) - 1, 0)
             xml_index[id(st)] = s
             s += 1
+        length[key] = s
+    _check_limits([_Shape(rank, coll.input_chunks(rank), coll.output_chunks(rank), scratch[rank],
+                          tuple((tb_id[k], k[1], k[2], k[3], length[k]) for k in keys))
+                   for rank, keys in enumerate(ordered)], coll.ranks, source, runtime)
     is_target = {id(d) for st in steps for d in st.deps}
     gpus = []
-    for rank in range(coll.ranks):
+    for rank, keys in enumerate(ordered):
         tbs = []
-        for key in sorted((k for k in by_tb if k[0] == rank), key=lambda k: tb_id[k]):
+        for key in keys:
             out: list[Step] = []
             for st in by_tb[key]:
                 for d in st.deps[1:]:
@@ -352,18 +365,30 @@ def _check_targets(expanded: Algorithm, plan, uses: Uses, limits, source: str, i
                                 f"least {len(blocks)}, {len(blocks) - most} too many")
 
 
-def _check_limits(program: Program, source: str, runtime: str) -> None:
+class _Shape(NamedTuple):
+    """What the runtime's limits read of one GPU: its buffers' chunks and, per thread block in id order,
+    ``(id, send, recv, channel, steps)``."""
+    id: int
+    i_chunks: int
+    o_chunks: int
+    s_chunks: int
+    tbs: tuple[tuple[int, int, int, int, int], ...]
+
+
+def _check_limits(gpus: list[_Shape], ngpus: int, source: str, runtime: str) -> None:
+    """Raise the first limit of ``runtime`` a GPU breaks (thread blocks, steps per thread block, XML nodes,
+    buffer offsets), in GPU order."""
     limits = LIMITS[runtime]
-    for gpu in program.gpus:
+    for gpu in gpus:
         if len(gpu.tbs) > limits.tbs_per_gpu:
             raise LoweringError(source, "thread blocks per GPU",
                                 f"at most {limits.tbs_per_gpu} on {runtime}; rank {gpu.id} needs {len(gpu.tbs)}, "
                                 f"{len(gpu.tbs) - limits.tbs_per_gpu} too many")
-        for tb in gpu.tbs:
-            if len(tb.steps) > limits.steps_per_tb:
-                raise _TooManySteps(source, limits.steps_per_tb, f" on {runtime}", f"rank {gpu.id} tb {tb.id} (send "
-                                    f"{tb.send}, recv {tb.recv}, channel {tb.chan})", len(tb.steps))
-        nodes = 1 + program.ngpus + len(gpu.tbs) + sum(len(tb.steps) for tb in gpu.tbs)
+        for tb, send, recv, chan, count in gpu.tbs:
+            if count > limits.steps_per_tb:
+                raise _TooManySteps(source, limits.steps_per_tb, f" on {runtime}", f"rank {gpu.id} tb {tb} (send "
+                                    f"{send}, recv {recv}, channel {chan})", count)
+        nodes = 1 + ngpus + len(gpu.tbs) + sum(tb[4] for tb in gpu.tbs)
         if nodes > limits.nodes_per_rank:
             raise _too_many_nodes(source, limits, f"rank {gpu.id}", nodes, str(nodes))
         for buf, size in (("i", gpu.i_chunks), ("o", gpu.o_chunks), ("s", gpu.s_chunks)):
