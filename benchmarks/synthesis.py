@@ -2,7 +2,7 @@
 
 Default: issue 14's table. Per configuration (item 1's targets, the new fabrics at small scale; item 3's
 256/512-GPU DGX-H100 behind ``--scale``) and engine, one child process synthesizes for 1 MiB and for 1 GiB and
-reports: seconds (the slower of the two), peak memory (the child's ``ru_maxrss``), the share of the bound
+reports: seconds (the slowest synthesis, wall and beside it CPU: on a shared machine the CPU seconds are the budget's measure), peak memory (the child's ``ru_maxrss``), the share of the bound
 (``autotaccl.bounds``) at 1 GiB and of the bound the simulator can reach at all (``selection.attainable_us``:
 the bound with the profile's link and protocol efficiencies, plus the launch; of copies between GPUs, and
 beside it with in-switch reduction where the profile's switch has it, ``nccl.nvls``), the attainable bound over the
@@ -146,13 +146,13 @@ def measure(hardware: str, nodes: int, collective: str, engine: str, time_limit:
     graph = build_topology(load_hardware(hardware), nodes)
     limits = bounds(graph, collective)
     nccl = {r.bytes: r.time_us for r in nccl_model(graph, collective, [M, G]).rows}
-    out: dict = {"gpus": graph.number_of_nodes(), "seconds": 0.0, "status": {}}
+    out: dict = {"gpus": graph.number_of_nodes(), "seconds": 0.0, "cpu_seconds": 0.0, "status": {}}
     lowered = graph.number_of_nodes() <= MAX_LOWERED_GPUS
     runtime = loader("msccl-executor")
 
     def synthesized(size: int, protocol: str = "Simple", instances: int = 1, any_runtime: bool = False):
         """The algorithm synth makes for the run, or None where the runtime loads none at that count."""
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.process_time()
         try:
             result = synthesize(graph, collective, None, SynthOptions(
                 engine=engine, size=size, time_limit=time_limit, solver="highs", protocol=protocol,
@@ -161,6 +161,7 @@ def measure(hardware: str, nodes: int, collective: str, engine: str, time_limit:
             return None
         finally:
             out["seconds"] = max(out["seconds"], time.perf_counter() - began)
+            out["cpu_seconds"] = max(out["cpu_seconds"], time.process_time() - cpu)
         if not any_runtime:
             out["status"][format_size(size)] = result.status
         return result.algorithm
@@ -247,7 +248,7 @@ def targets_table(args) -> None:
     configs += [(hw, n, c, None, False) for hw, n in FABRICS for c in COLLECTIVES]
     if args.scale:
         configs += [(hw, n, c, 95.0, True) for hw, n in SCALE for c in COLLECTIVES[:3]]
-    print("| config | GPUs | engine | status 1M / 1G | s | peak MiB | % bound 1G | % attainable 1G | % attainable with switch 1G | floor % attainable 1G | 1M time / bound "
+    print("| config | GPUs | engine | status 1M / 1G | s (CPU s) | peak MiB | % bound 1G | % attainable 1G | % attainable with switch 1G | floor % attainable 1G | 1M time / bound "
           "| 1M time / attainable | x NCCL 1M | x NCCL 1G | any runtime 1G: x NCCL (% attainable with switch) | targets |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for hw, n, c, quality, scale in configs:
@@ -260,7 +261,7 @@ def targets_table(args) -> None:
                 print(f"| {label} | | {engine} | {m['error']} | | | | | | | | | | | | not met (no result) |")
             else:
                 status = " / ".join(m["status"].values())
-                print(f"| {label} | {m['gpus']} | {engine} | {status} | {m['seconds']:.1f} | {m['peak_MiB']:.0f} | "
+                print(f"| {label} | {m['gpus']} | {engine} | {status} | {m['seconds']:.1f} ({m['cpu_seconds']:.1f}) | {m['peak_MiB']:.0f} | "
                       f"{m['pct_bound_1G']:.1f} | {m['pct_attainable_1G']:.1f} (x{m['instances_1G']}) | {m['pct_switch_1G']:.1f} | {m['pct_floor_1G']:.1f} | {m['over_bound_1M']:.2f} | "
                       f"{m['over_attainable_1M']:.2f} ({m['runs_1M']}) | "
                       f"{m['nccl_speedup_1M']:.2f} | {m['nccl_speedup_1G']:.2f} | {anywhere(m)} | "
