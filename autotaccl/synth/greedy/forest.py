@@ -60,8 +60,9 @@ def rails(lt: LogicalTopology) -> Algorithm:
 
 def rail_schedules(lt: LogicalTopology) -> Iterator[tuple[str, Algorithm]]:
     """The schedules of the rail trees (:mod:`autotaccl.synth.rails`), each with its name: "rails" (one piece),
-    "spilled rails" (``SPILL_PIECES`` pieces, where spilling lowers the packing's ratio) and "rails in
-    pieces" (an AllGather whose root's data is one slice: ``ONE_SLICE_PIECES`` pieces).
+    "wide rails" (:func:`_wide_rails`), "spilled rails" (``SPILL_PIECES`` pieces, where spilling lowers
+    the packing's ratio) and "rails in pieces" (an AllGather whose root's data is one slice:
+    ``ONE_SLICE_PIECES`` pieces).
 
     Where a root's data is one slice the rails are shallow (up to ``MAX_SHALLOW_NODES``) with binomial
     in-node reductions (an AllReduce keeps chains, for the thread-block budget); larger, chains (two
@@ -69,6 +70,8 @@ def rail_schedules(lt: LogicalTopology) -> Iterator[tuple[str, Algorithm]]:
     halves, packs, one_slice = _rail_packs(lt)
     ranks = lt.collective.ranks
     yield "rails", _schedule(lt, packs, "rails", pieces=1)
+    if one_slice and not _few_nodes(lt):
+        yield "wide rails", _wide_rails(lt)
     spills = _spilled(lt, halves, packs)
     if spills:
         yield "spilled rails", _schedule(lt, spills, "rails", pieces=SPILL_PIECES)
@@ -119,6 +122,19 @@ def sliced_rails(lt: LogicalTopology) -> Iterator[Algorithm]:
             yield list(orders(lt, algorithm))[-1] if fanned else algorithm
 
 
+def _wide_rails(lt: LogicalTopology) -> Algorithm:
+    """Beyond ``MAX_SHALLOW_NODES`` nodes, where a root's data is one slice, the rails one network hop deep:
+    a root's data crosses to every other node at once (a star across nodes), a reduction's fanned (each
+    other node's part of a root's sum crosses once, on its own rail, and an AllReduce's AllGather half a
+    star) on one channel, so a rank's thread blocks stay within what the runtime keeps (the instances fill
+    the links). On hundreds of GPUs the chains' depth, a network hop per node, is what a 1 MiB call costs
+    (no slices to pipeline it), and each NIC's ``nodes - 1`` peers of the star cost less; the runtime's
+    loader still decides, and the chains stay a candidate where it refuses these."""
+    reduction = lt.collective.is_reduction
+    _, packs, _ = _rail_packs(lt, fanned=reduction, shallow=True)
+    return _schedule(lt, packs, "rails", pieces=1, nchannels=SLICED_CHANNELS if reduction else None)
+
+
 def _spilled(lt: LogicalTopology, halves: tuple[bool, ...], packs: list[Packing]) -> list[Packing] | None:
     """Each half's spilled rail trees (:func:`~autotaccl.synth.rails.spilled`), or its plain ones where
     spilling does not lower the ratio; None where no half spills."""
@@ -127,17 +143,20 @@ def _spilled(lt: LogicalTopology, halves: tuple[bool, ...], packs: list[Packing]
     return [s or p for s, p in zip(spills, packs)] if any(spills) else None
 
 
-def _rail_packs(lt: LogicalTopology, fanned: bool = False) -> tuple[tuple[bool, ...], list[Packing], bool]:
+def _rail_packs(lt: LogicalTopology, fanned: bool = False, shallow: bool | None = None
+                ) -> tuple[tuple[bool, ...], list[Packing], bool]:
     """The halves of ``lt``'s collective, the rail trees of each (:func:`rail_schedules` says which; with
-    ``fanned``, a reduction's fanned, and where they can be shallow an AllReduce's AllGather half shallow),
-    and whether a root's data is one slice."""
+    ``fanned``, a reduction's fanned, and where they can be shallow an AllReduce's AllGather half shallow;
+    ``shallow`` True or False: across nodes shallow or not, whatever the size and node count), and whether
+    a root's data is one slice."""
     halves = _halves(lt)
     ranks, gpn = lt.collective.ranks, lt.graph.graph["gpus_per_node"]
     if ranks * (ranks - 1) * len(halves) > MAX_RAIL_EDGES:
         raise NotApplicable(f"{ranks} ranks need more than {MAX_RAIL_EDGES} edges of rail trees")
     one_slice = _one_slice(lt)
     binomial = one_slice or ranks > gpn
-    shallow = (len(halves) == 1 or fanned) and _shallow_fits(lt)
+    if shallow is None:
+        shallow = (len(halves) == 1 or fanned) and _shallow_fits(lt)
     chains = 2 if ranks > MAX_CHAIN_NODES * gpn else 1
     try:
         packs = [rail_trees(lt.graph, sorted(lt.edges), reverse, _senders(lt), link_efficiency(lt.graph),
