@@ -151,6 +151,17 @@ def test_switch_schedule_pieces_cut_every_owner_cell(h100):
     assert all(t.op == "switch_reduce" for t in one.transfers)
 
 
+def test_finer_switch_pieces_on_one_node_close_in_on_the_floor(h100):
+    """On one node the load-reduces and the stores share every port; the smaller their pieces, the less of
+    the call runs on one direction alone, so the pieces go past 128 where the operations allow."""
+    lt = logical_topology(h100, "allreduce", default_sketch(h100, "allreduce"), G)
+    made = {a.metadata["pieces"]: a for _, a in switch_schedules(lt)}
+    assert max(made) > 128
+    finest, coarse = made[max(made)], made[128]
+    assert floor_us(finest, h100, G) == pytest.approx(floor_us(coarse, h100, G))
+    assert simulate(finest, h100, G).time_us < simulate(coarse, h100, G).time_us
+
+
 def test_the_xml_lowering_refuses_switch_operations_and_the_plan_lowering_writes_them(h100):
     """Lowered directly (``autotaccl lower``), a schedule through the switch is one refusal for MSCCL XML,
     not a crash; an MSCCL++ plan runs it (tests/formats/mscclpp/test_switch_lower.py)."""

@@ -19,8 +19,8 @@ from ...model.topology import reducing_switch
 from ...sketch.logical import LogicalTopology
 from .strategy import NotApplicable
 
-PIECES = (1, 4, 16, 64, 128)  # each owner's cells cut into this many pieces (more: the pipeline fills and drains
-                           # on smaller ones, more operations)
+PIECES = (1, 4, 16, 64, 128, 256, 512)  # each owner's cells cut into this many pieces (more: the load-reduces
+                                        # and the stores share the ports on smaller ones, more operations)
 MAX_NODES = 8              # the direct exchange across nodes moves (nodes - 1) transfers per cell and rail
 MAX_OPERATIONS = 20_000    # transfers per candidate
 
