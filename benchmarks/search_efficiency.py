@@ -60,6 +60,7 @@ GOALS = (0.02, 0.005)          # within 2% and 0.5% of the best known
 MILP_ONLY = ("ordering", "contiguity", "mip_gap")
 DEFAULT = TuneRequest.__dataclass_fields__["sampler"].default      # tune's default sampler
 MARGIN = TuneRequest.__dataclass_fields__["margin"].default        # tune's default sim-fidelity margin
+EXPLORE = TuneRequest.__dataclass_fields__["explore"].default      # tune's default share simulated only, first
 
 
 def engine_part(name: str, engine: str):
@@ -271,49 +272,121 @@ def first(curve: list[float], run: Run, goal: float) -> tuple[int, int] | None:
 
 # --------------------------------------------------------------------------- a modelled cluster
 
-def error_pool() -> list[float]:
-    """log(measured / simulated) per size on the public nccl-tests tables the simulator's fit did not see, of
-    the same scale and software (benchmarks/fidelity.py's targets): what a real runner's times differ by."""
+# tables of one host (same machine, nodes and NCCL) run with another algorithm or collective (their `#` headers):
+# the difference of their errors at a size and protocol is what the simulator gets wrong per algorithm
+SAME_HOST = (("06", "07", "NCCL_ALGO unset (NVLS) vs NCCL_ALGO=RING, the same two nodes"),
+             ("03", "04", "AllReduce vs AllGather, ring, the same host and run directory"),
+             ("24", "25", "AllReduce vs AllGather, the same SuperBench host"))
+
+
+@dataclass(frozen=True)
+class Errors:
+    """What a real runner's times differ from the simulator's by: ``pool`` holds log(measured / simulated) per
+    size on the public tables the fit did not see, of the same scale and software (benchmarks/fidelity.py's
+    targets); ``own`` is the share of its variance that is each algorithm's own (the rest shared by the
+    algorithms of one protocol at one size), fitted on the SAME_HOST pairs."""
+
+    pool: list[float]
+    own: float
+    fit: str
+
+
+def table_errors() -> dict[str, tuple[bool, list[tuple[float, str]]]]:
+    """Per public table (its two-digit name): (in the pool?, [(log(measured / simulated), NCCL's protocol) per
+    size]), the simulator calibrated on its machine's first table."""
     import fidelity
     from autotaccl.model.topology import build_topology
     from runners.calibrate import calibrate
 
-    pool = []
+    out = {}
     for _machine, hw, tables in fidelity.GROUPS:
         base = fidelity.shipped(hw)
         name, nodes, algos, _ = tables[0]
         cal = calibrate(build_topology(base, nodes), [fidelity.observation(name, algos)])
-        for name, nodes, algos, why in tables[1:]:
-            if not why:
-                pool += [math.log(m / t) for _s, m, t, _h in fidelity.errors(cal.profile, nodes,
-                                                                            fidelity.observation(name, algos))]
-    return pool
+        for n, (name, nodes, algos, why) in enumerate(tables):
+            errs = fidelity.errors(cal.profile, nodes, fidelity.observation(name, algos))
+            out[name[:2]] = (n > 0 and not why, {s: (math.log(m / t), how.split("/")[1]) for s, m, t, how in errs})
+    return out
+
+
+def error_pool() -> Errors:
+    """The pool and its split (Errors): per SAME_HOST pair, d = the difference of the two tables' errors at each
+    size where NCCL's model picks one protocol for both; the per-algorithm variance is mean(d^2) / 2."""
+    tables = table_errors()
+    pool = [e for kept, errs in tables.values() if kept for e, _p in errs.values()]
+    diffs, parts = [], []
+    for a, b, what in SAME_HOST:
+        ea, eb = tables[a][1], tables[b][1]
+        d = [ea[s][0] - eb[s][0] for s in ea.keys() & eb.keys() if ea[s][1] == eb[s][1]]
+        diffs += d
+        parts.append(f"{a}/{b} ({what}): {len(d)} sizes, {statistics.fmean(x * x for x in d) / 2:.4f}")
+    own_var, total = statistics.fmean(x * x for x in diffs) / 2, statistics.pvariance(pool)
+    fit = (f"per-algorithm variance {own_var:.4f} (sd {math.sqrt(own_var):.3f}) of the pool's {total:.4f}, the rest "
+           f"({total - own_var:.4f}, sd {math.sqrt(max(0.0, total - own_var)):.3f}) shared per (protocol, size); fitted "
+           f"on the tables of one host run another way: " + "; ".join(parts) + " (a pair's first table is its fit "
+           f"where it is one: its residual is small, so the per-algorithm part is if anything overstated)")
+    return Errors(pool, min(1.0, own_var / total), fit)
 
 
 ERROR_MODELS = {"algorithm": "drawn once per (algorithm, size, world): every algorithm's error its own",
-                "protocol": "drawn once per (protocol, size, world): the algorithms of one protocol share it"}
+                "protocol": "drawn once per (protocol, size, world): the algorithms of one protocol share it",
+                "mixed": "the sum of a part drawn per (protocol, size, world) and one per (algorithm, size, world), "
+                         "their variances as fitted on the public tables (below)"}
 
 
 class World:
-    """One modelled cluster: an algorithm's measured time at a size = its simulated time x exp(an error drawn
-    from ``pool``), the draw keyed as ``model`` says (ERROR_MODELS)."""
+    """One modelled cluster: an algorithm's measured time at a size = its simulated time x exp(e), e drawn from
+    the pool as ``model`` says (ERROR_MODELS); ``mixed`` scales a shared and an own draw to the fitted split."""
 
-    def __init__(self, pool: list[float], seed: int, model: str) -> None:
-        self.pool, self.seed, self.model = pool, seed, model
+    def __init__(self, errors: Errors, seed: int, model: str) -> None:
+        self.pool, self.seed, self.model = errors.pool, seed, model
+        own = {"algorithm": 1.0, "protocol": 0.0}.get(model, errors.own)
+        self.weights = (math.sqrt(1 - own), math.sqrt(own))
 
-    def measure(self, config: str, row: dict) -> list[float]:
+    def draw(self, who: str, i: int) -> float:
         import hashlib
 
-        who = row["cache_key"] if self.model == "algorithm" else json.loads(config).get("protocol", "")
-        out = []
-        for i, t in enumerate(row["times"]):
-            h = int.from_bytes(hashlib.blake2b(f"{who}|{i}|{self.seed}".encode(), digest_size=8).digest(), "big")
-            out.append(t * math.exp(self.pool[h % len(self.pool)]))
-        return out
+        h = int.from_bytes(hashlib.blake2b(f"{who}|{i}|{self.seed}".encode(), digest_size=8).digest(), "big")
+        return self.pool[h % len(self.pool)]
+
+    def measure(self, config: str, row: dict) -> list[float]:
+        protocol = json.loads(config).get("protocol", "")
+        shared, own = self.weights
+        return [t * math.exp((shared and shared * self.draw(protocol, i)) + (own and own * self.draw(row["cache_key"], i)))
+                for i, t in enumerate(row["times"])]
 
     def best(self, table: Table) -> list[float]:
         rows = [self.measure(k, r) for k, r in table.rows.items() if "times" in r]
         return [min(ts) for ts in zip(*rows)]
+
+
+def oracle(table: Table, errors: Errors, model: str, worlds: dict[int, World], budget: int, draws: int = 48) -> float:
+    """The ceiling of a policy that sees only simulated times: the ``budget`` algorithms chosen greedily to
+    maximize the expected quality over ``draws`` fresh worlds of ``model`` (knowing the model, not the draws),
+    then scored in ``worlds`` (median quality). No measurement informs the choice."""
+    import numpy as np
+
+    rows = [(k, r) for k, r in table.rows.items() if "times" in r]
+
+    def measured(world: World):
+        return np.log([world.measure(k, r) for k, r in rows])       # rows x sizes
+
+    def qualities(logs, chosen):
+        best = logs.min(axis=1)                                      # worlds x sizes
+        return np.exp((best - logs[:, chosen].min(axis=1)).mean(axis=1))
+
+    train = np.stack([measured(World(errors, 10_000 + d, model)) for d in range(draws)])
+    chosen: list[int] = []
+    so_far = np.full(train.shape[::2], np.inf)                           # worlds x sizes
+    best = train.min(axis=1)
+    for _ in range(min(budget, len(rows))):
+        gain = np.exp((best[:, None, :] - np.minimum(so_far[:, None, :], train)).mean(axis=2)).mean(axis=0)
+        gain[chosen] = -1
+        pick = int(gain.argmax())
+        chosen.append(pick)
+        so_far = np.minimum(so_far, train[:, pick])
+    test = np.stack([measured(w) for w in worlds.values()])
+    return float(np.median(qualities(test, chosen)))
 
 
 @dataclass
@@ -330,26 +403,30 @@ class MeasuredRun:
         return (out + [out[-1] if out else 0.0] * cap)[:cap]
 
 
-def parse_measured(name: str) -> tuple[str, float | None]:
-    """``sampler`` (every trial measured) or ``sampler@sim[:margin]`` (the simulator decides, as tune does)."""
+def parse_measured(name: str) -> tuple[str, float | None, float]:
+    """``sampler`` (every trial measured) or ``sampler@sim[:margin[:explore]]`` (the simulator decides, as tune
+    does): (sampler, margin or None, share of the trials simulated only first); tune's defaults where not given."""
     base, _, fid = name.partition("@")
     if not fid:
-        return base, None, False
-    kind, _, m = fid.partition(":")
-    if kind not in ("sim", "simall"):
-        raise SystemExit(f"--measured: {name!r}: expected SAMPLER or SAMPLER@sim[:MARGIN]")
-    return base, float(m) if m else MARGIN, kind == "simall"
+        return base, None, 0.0
+    kind, _, rest = fid.partition(":")
+    margin, _, explore = rest.partition(":")
+    if kind != "sim":
+        raise SystemExit(f"--measured: {name!r}: expected SAMPLER or SAMPLER@sim[:MARGIN[:EXPLORE]]")
+    return base, float(margin) if margin else MARGIN, float(explore) if explore else EXPLORE
 
 
-def replay_measured(table: Table, variant: Variant, margin: float | None, world: World, seed: int, cap: int,
-                    sim_cap: int, versus_all: bool = False) -> MeasuredRun:
+def replay_measured(table: Table, variant: Variant, margin: float | None, explore: float, world: World, seed: int,
+                    cap: int, sim_cap: int) -> MeasuredRun:
     """A sweep with a real runner on the modelled cluster, until ``cap`` measurements or ``sim_cap`` trials.
 
-    ``margin`` None: every new algorithm is measured; else the rule tune's objective applies (tuning/prefilter.py).
-    An algorithm measured already is not measured again (its measurement is reused, as in tune, for free)."""
+    ``margin`` None: every new algorithm is measured; else the rule tune's objective applies (prefilter.decide,
+    the first ``explore`` share of ``sim_cap`` simulated only). An algorithm measured already is not measured
+    again (its measurement is reused, as in tune, for free)."""
     space = table.space
     study = optuna.create_study(sampler=variant.make(seed, space), directions=["minimize"])
     seed_study(study, space, table.graph, table.collective)
+    first = prefilter.explore_trials(explore, sim_cap)
     run = MeasuredRun([], [])
     for n in range(sim_cap):
         if len(run.times) >= cap:
@@ -365,6 +442,7 @@ def replay_measured(table: Table, variant: Variant, margin: float | None, world:
             continue
         trial.set_user_attr("cache_key", row["cache_key"])
         trial.set_user_attr("sim_times", row["times"])
+        trial.set_user_attr("protocol", settings(space, {**space.fixed, **config}).protocol)
         done = prefilter.measured(study)
         if (same := prefilter.twin(done, row["cache_key"])) is not None:
             for key in ("fidelity", "results"):                 # its measurement reused, as tune does
@@ -373,9 +451,8 @@ def replay_measured(table: Table, variant: Variant, margin: float | None, world:
             study.tell(trial, same.value)
             continue
         sim_rel = table.relative(row)
-        if margin is not None and not prefilter.worth_measuring(done, row["times"], row["cache_key"], space.sizes,
-                                                                margin, prefilter.simulated(study) if versus_all
-                                                                else None)[0]:
+        if margin is not None and not prefilter.decide(study, trial.number, trial.user_attrs, space.sizes, margin,
+                                                       first, sim_cap - first)[0]:
             trial.set_user_attr("results", [{"size": s, "relative": r} for s, r in zip(space.sizes, sim_rel)])
             trial.report(table.score(row), 0)
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
@@ -391,44 +468,53 @@ def replay_measured(table: Table, variant: Variant, margin: float | None, world:
     return run
 
 
-def measured_section(table: Table, args, names: list[str], pool: list[float], model: str) -> list[str]:
+def measured_section(table: Table, args, names: list[str], errors: Errors, model: str) -> list[str]:
     """The measured-trial table of a section: what a sweep with a real runner pays for."""
     all_variants = variants()
     cap, sim_cap = args.trials, args.sim_trials
     seeds = range(args.first_seed, args.first_seed + args.seeds)
-    worlds = {s: World(pool, s, model) for s in seeds}
+    worlds = {s: World(errors, s, model) for s in seeds}
     bests = {s: w.best(table) for s, w in worlds.items()}
     start = time.perf_counter()
     runs = {}
     for name in names:
-        base, margin, versus_all = parse_measured(name)
-        runs[name] = {s: replay_measured(table, all_variants[base], margin, worlds[s], s, cap, sim_cap, versus_all)
+        base, margin, explore = parse_measured(name)
+        runs[name] = {s: replay_measured(table, all_variants[base], margin, explore, worlds[s], s, cap, sim_cap)
                       for s in seeds}
     wall = time.perf_counter() - start
+    ceiling = oracle(table, errors, model, worlds, 30)
+    pool = errors.pool
     lines = ["", f"### Measured trials, error model `{model}`", "",
              f"A modelled cluster ({len(pool)} errors, {args.seeds} worlds = seeds, "
              f"{cap} measurements or {sim_cap} trials per sweep, {wall:.0f} s): a measured time is the simulated "
              f"time x exp(e), e {ERROR_MODELS[model]}, from log(measured / simulated) per size on the public "
              f"tables of benchmarks/fidelity.py's targets (median |e| {statistics.median(abs(e) for e in pool):.3f}, "
-             f"sd {statistics.pstdev(pool):.3f}). Best known = best modelled measurement per size over the table. "
-             f"`X` = sampler X, every new algorithm measured; `X@sim[:m]` = tune's rule with a real runner (a trial is "
-             f"measured when its simulated time could improve some size within m, default {MARGIN:g}). 'trials' = "
-             f"all trials (simulated) until then.", "",
-             "| sweep | measured to 2% | trials then | measured to 0.5% | quality at 30 measured | measured in "
-             f"{sim_cap} trials | random / sweep (measured to 2%) |", "|---|---|---|---|---|---|---|"]
-    med = {}
+             f"sd {statistics.pstdev(pool):.3f})" + (f"; {errors.fit}" if model == "mixed" else "") + ". Best known = "
+             f"best modelled measurement per size over the table. `X` = sampler X, every new algorithm measured; "
+             f"`X@sim[:m[:x]]` = tune's rule with a real runner (prefilter.decide: the first x of the {sim_cap} trials "
+             f"simulated only, then the simulator's best per size and protocol measured, and any candidate that "
+             f"could improve some size among its protocol's within m; defaults {MARGIN:g}, {EXPLORE:g}). 'trials' = "
+             f"all trials (simulated) until then. Oracle: the best 30 algorithms a policy that sees only simulated "
+             f"times can measure, chosen greedily for the expected quality over 48 other worlds of this model: "
+             f"quality at 30 measured **{ceiling:.2%}** (median over these worlds): "
+             f"{'95% is reachable' if ceiling >= 0.95 else 'so 95% is out of reach of any such policy'}.", "",
+             "| sweep | measured to 2% | trials then | measured to 5% | measured to 0.5% | quality at 30 measured | "
+             f"measured in {sim_cap} trials | random / sweep (measured to 2%) | random / sweep (to 5%) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    med, med5 = {}, {}
     per_seed = []
     for name, rs in runs.items():
         curves = {s: r.quality(bests[s], cap) for s, r in rs.items()}
         two = [first_at(curves[s], 0.02) for s in seeds]
+        five = [first_at(curves[s], 0.05) for s in seeds]
         half = [first_at(curves[s], 0.005) for s in seeds]
         then = [rs[s].simulated[t - 1] if t else None for s, t in zip(seeds, two)]
-        med[name] = median_or_none(two, cap)
+        med[name], med5[name] = median_or_none(two, cap), median_or_none(five, cap)
         q30 = statistics.median(c[min(29, cap - 1)] for c in curves.values())
         lines.append(f"| {name} | {cell(med[name], cap)} | {cell(median_or_none(then, sim_cap), sim_cap)} | "
-                     f"{cell(median_or_none(half, cap), cap)} | {q30:.2%} | "
+                     f"{cell(med5[name], cap)} | {cell(median_or_none(half, cap), cap)} | {q30:.2%} | "
                      f"{statistics.median(len(r.times) for r in rs.values()):g} | "
-                     f"{med.get('random', math.nan) / med[name]:.2f} |")
+                     f"{med.get('random', math.nan) / med[name]:.2f} | {med5.get('random', math.nan) / med5[name]:.2f} |")
         per_seed.append(f"- {name}: " + " ".join("-" if t is None else f"{t}({n})" for t, n in zip(two, then)))
     return lines + ["", "per seed, measured (trials) to 2% ('-': not reached):", "", *per_seed, ""]
 
@@ -474,7 +560,7 @@ def plot(curves: dict[str, list[list[float]]], title: str, path: Path) -> None:
 
 def defaults_line() -> str:
     """What `default` stands for in this run (tests/test_search_efficiency.py checks the written file against it)."""
-    return f"`default` = tune's defaults: sampler `{DEFAULT}`, margin {MARGIN:g}."
+    return f"`default` = tune's defaults: sampler `{DEFAULT}`, margin {MARGIN:g}, explore {EXPLORE:g}."
 
 
 def machine() -> str:
@@ -494,10 +580,10 @@ def main() -> int:
     parser.add_argument("--first-seed", type=int, default=0, help="seeds are first-seed, first-seed + 1, ...")
     parser.add_argument("--trials", type=int, default=60, help="trials per replay")
     parser.add_argument("--samplers", default="random,default,tpe,tpe-mv,banded,qmc,lean-random,lean-banded")
-    parser.add_argument("--measured", default="random,random@sim,default@sim,tpe@sim",
+    parser.add_argument("--measured", default="random,default@sim,tpe@sim,lean@sim",
                         help="sweeps replayed against a modelled cluster, counting measured trials: SAMPLER (every "
-                             "new algorithm measured) or SAMPLER@sim[:MARGIN] (tune's rule with a real runner); '' for none")
-    parser.add_argument("--error-model", default="algorithm,protocol",
+                             "new algorithm measured) or SAMPLER@sim[:MARGIN[:EXPLORE]] (tune's rule with a real runner); '' for none")
+    parser.add_argument("--error-model", default="mixed,protocol,algorithm",
                         help=f"how measured times err, comma-separated: {', '.join(ERROR_MODELS)}")
     parser.add_argument("--sim-trials", type=int, default=300, help="trials (simulated) per measured replay at most")
     parser.add_argument("--build", action="store_true", help="tabulate the whole space before replaying")
@@ -518,7 +604,7 @@ def main() -> int:
     for n in measured:
         if parse_measured(n)[0] not in variants():
             raise SystemExit(f"--measured: {n!r}: no sampler {parse_measured(n)[0]!r}")
-    args.pool = error_pool() if measured else []
+    args.pool = error_pool() if measured else Errors([], 0.0, "")
     args.measured_names = measured
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

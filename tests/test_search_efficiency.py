@@ -3,6 +3,7 @@ is an infeasible row, not a crash (the tests need no synthesis)."""
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 
 import pytest
@@ -50,24 +51,38 @@ def test_default_is_tunes_default_and_the_written_results_measured_it():
     from autotaccl.tuning.sweep import TuneRequest
 
     args = build_parser().parse_args(["tune", "--space", "demo"])
-    assert (args.sampler, args.margin) == (TuneRequest.sampler, TuneRequest.margin) == (se.DEFAULT, se.MARGIN)
-    assert SweepConfig.margin == TuneRequest.margin and SweepConfig.sampler == TuneRequest.sampler
-    assert se.parse_measured("default@sim") == ("default", se.MARGIN, False)
-    assert se.parse_measured("tpe@sim:0.1") == ("tpe", 0.1, False) and se.parse_measured("random")[1] is None
+    assert (args.sampler, args.margin, args.explore) == (TuneRequest.sampler, TuneRequest.margin,
+                                                         TuneRequest.explore) == (se.DEFAULT, se.MARGIN, se.EXPLORE)
+    assert (SweepConfig.margin, SweepConfig.sampler, SweepConfig.explore) == (TuneRequest.margin, TuneRequest.sampler,
+                                                                                TuneRequest.explore)
+    assert se.parse_measured("default@sim") == ("default", se.MARGIN, se.EXPLORE)
+    assert se.parse_measured("tpe@sim:0.1:0.25") == ("tpe", 0.1, 0.25) and se.parse_measured("random")[1] is None
     written = (REPO / "benchmarks" / "results" / "search_efficiency.md").read_text()
     assert se.defaults_line() in written        # rerun the benchmark with --write after changing a default
 
 
 def test_a_modelled_measurement_errs_once_per_algorithm_size_and_world_or_per_protocol():
     row = {"cache_key": "k", "times": [10.0, 20.0]}
-    pool = [-0.1, 0.0, 0.2]
+    pool = se.Errors([-0.1, 0.0, 0.2], 0.25, "")
     one, again = se.World(pool, 1, "algorithm"), se.World(pool, 1, "algorithm")
     config = '{"protocol": "LL"}'
     assert one.measure(config, row) == again.measure(config, row)
-    assert all(any(abs(m / t - __import__("math").exp(e)) < 1e-12 for e in pool)
+    assert all(any(abs(m / t - math.exp(e)) < 1e-12 for e in pool.pool)
                for m, t in zip(one.measure(config, row), row["times"]))
     other_algorithm = {"cache_key": "k2", "times": row["times"]}
     shared = se.World(pool, 1, "protocol")
     assert shared.measure(config, row) == shared.measure(config, other_algorithm)
     worlds = {tuple(se.World(pool, s, "algorithm").measure(config, row)) for s in range(20)}
     assert len(worlds) > 1                                               # each world draws its own errors
+    mixed = se.World(pool, 1, "mixed")            # a shared part (weight sqrt(0.75)) plus an own one (sqrt(0.25))
+    shared = [math.log(m / t) for m, t in zip(se.World(pool, 1, "protocol").measure(config, row), row["times"])]
+    own = [math.log(m / t) for m, t in zip(one.measure(config, row), row["times"])]
+    assert [math.log(m / t) for m, t in zip(mixed.measure(config, row), row["times"])] == pytest.approx(
+        [math.sqrt(0.75) * a + math.sqrt(0.25) * b for a, b in zip(shared, own)])
+
+
+@pytest.mark.slow     # calibrates the simulator on every machine of benchmarks/fidelity.py (about 20 s)
+def test_the_mixed_split_is_fitted_on_tables_of_one_host():
+    errors = se.error_pool()
+    assert len(errors.pool) == 156 and 0 < errors.own < 1
+    assert all(f"{a}/{b}" in errors.fit for a, b, _ in se.SAME_HOST)

@@ -23,6 +23,9 @@ def register(subparsers) -> None:
                    help="with a real runner, measure only candidates whose simulated time at some size is below the "
                         "best measured one's there plus this fraction, widened where the simulator misorders near "
                         "candidates (default %(default)g)")
+    p.add_argument("--explore", type=float, default=0.5,
+                   help="with a real runner, the share of --trials simulated only before any is measured; then the "
+                        "simulator's best per size and protocol are measured first (default %(default)g)")
     p.add_argument("--synth-time-limit", type=float, default=60.0, help="solver seconds per MILP stage (default 60)")
     p.add_argument("--storage", help="Optuna storage URL (postgresql://, sqlite:///...) or a journal file path "
                                      "(default OUT/optuna.journal)")
@@ -48,8 +51,9 @@ def register(subparsers) -> None:
                         "(e.g. 0.98; default: run all --trials)")
     p.add_argument("--patience", type=int, metavar="N",
                    help="stop early once N finished trials in a row improved no size's best (default: off)")
-    p.add_argument("--sampler", default="tpe", choices=SAMPLERS,
-                   help="Optuna sampler (default tpe; lean: multivariate TPE aimed at one size per trial, knobs the "
+    p.add_argument("--sampler", default="random", choices=SAMPLERS,
+                   help="Optuna sampler (default random: with a real runner the simulator's shortlist is drawn from what "
+                        "it explored, and random explores widest; lean: multivariate TPE aimed at one size per trial, knobs the "
                         "trial's engine ignores left at their first choice)")
     p.add_argument("--seed", type=int, help="sampler seed")
     p.add_argument("--out", default=RUN_DIR, help=f"run directory (default ./{RUN_DIR})")
@@ -89,7 +93,7 @@ def run(args) -> int:
                           runner_options=options, storage=args.storage, study=args.study,
                           tracking_uri=args.tracking_uri, workers=args.workers, sampler=args.sampler, seed=args.seed,
                           out=args.out, resume=args.resume, extend=args.extend, adopt=args.adopt, repair=args.repair,
-                          margin=args.margin, synth_time_limit=args.synth_time_limit, heartbeat=args.heartbeat,
+                          margin=args.margin, explore=args.explore, synth_time_limit=args.synth_time_limit, heartbeat=args.heartbeat,
                           until=args.until, patience=args.patience)
     from ..model.collectives import canonical_name
 

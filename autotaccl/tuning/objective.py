@@ -1,8 +1,9 @@
 """The Optuna objective of a sweep: sample -> sketch -> synthesize (cached) -> measure -> score -> MLflow.
 
-Two fidelities: every trial is simulated; with a real-hardware runner, only candidates whose simulated time at
-some size is within ``margin`` of the best measured candidate's there are measured (tuning/prefilter.py), the
-rest are pruned with a ``prune_reason``; each measurement checks the simulator's ranking (``sim_rank_agreement``).
+Two fidelities: every trial is simulated; with a real-hardware runner, the first ``explore`` share of the trials
+is simulated only, then the simulator's best per size and protocol are measured and so is any later candidate
+that could improve some size among its protocol's (tuning/prefilter.py); the rest are pruned with a
+``prune_reason``; each measurement checks the simulator's ranking (``sim_rank_agreement``).
 """
 from __future__ import annotations
 
@@ -57,10 +58,11 @@ class SweepConfig:
     runner: str = "sim"
     runner_options: Mapping[str, Any] = field(default_factory=dict)   # runners.options_dict of its Options
     margin: float = 0.0
+    explore: float = 0.5            # with a real runner: the share of the trials simulated only, first
     synth_time_limit: float | None = None
     trials: int = 20
     timeout: float | None = None
-    sampler: str = "tpe"
+    sampler: str = "random"
     seed: int | None = None
     heartbeat: float = 60.0         # seconds between a running trial's heartbeats
     until: float | None = None      # stop once every size is within this share of its bound (tuning/done.py)
@@ -192,7 +194,10 @@ class Objective:
                 record["fidelity"] = cfg.runner
                 self._log(trial, record, "COMPLETE", value=value)
                 return value
-            measure, why = prefilter.worth_measuring(done, sim_times, synth.key, self.reference.sizes, cfg.margin)
+            trial.set_user_attr("protocol", st.protocol)
+            explore = prefilter.explore_trials(cfg.explore, cfg.trials)
+            measure, why = prefilter.decide(trial.study, trial.number, trial.user_attrs, self.reference.sizes,
+                                            cfg.margin, explore, cfg.trials - explore)
             if not measure:
                 reason = f"{why}; not measured with the {cfg.runner} runner"
                 trial.set_user_attr("prune_reason", reason)

@@ -35,7 +35,7 @@ def make_sampler(name: Sampler, seed: int | None, sizes: Sequence[int] = (), fix
                                               constant_liar=True)
 
     if name == "tpe":
-        # univariate TPE, tune's default; constant_liar so concurrent workers avoid each other's running
+        # univariate TPE; constant_liar so concurrent workers avoid each other's running
         # configurations
         return optuna.samplers.TPESampler(seed=seed, multivariate=False, constant_liar=True)
     if name == "random":

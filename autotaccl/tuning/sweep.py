@@ -71,7 +71,7 @@ class TuneRequest:
     study: str | None = None
     tracking_uri: str | None = None
     workers: int = 1
-    sampler: Sampler = "tpe"
+    sampler: Sampler = "random"    # explores widest, what the sim fidelity's shortlist draws on
     seed: int | None = None
     out: str | Path = "autotaccl-runs"
     resume: bool = False        # the study must exist already (several hosts: start one, --resume the rest)
@@ -79,6 +79,7 @@ class TuneRequest:
     adopt: bool = False         # log into an experiment of the same name that another tool created
     repair: bool = False        # rebuild a damaged or missing MLflow store, damaged sweep records (tuning/damage.py)
     margin: float = 0.0         # with a real runner: measure what beats some size's best measured (prefilter.py)
+    explore: float = 0.5        # with a real runner: the share of the trials simulated only, before measuring
     synth_time_limit: float | None = 60.0
     heartbeat: float = INTERVAL     # seconds between a running trial's heartbeats (silent for 3: failed, retried)
     until: float | None = None      # stop once every size is within this share of its attainable bound
@@ -111,6 +112,8 @@ class TuneRequest:
             raise fail("patience", "a whole number of trials >= 1")
         if not 0 <= self.margin <= 10:
             raise fail("margin", "a fraction such as 0.1")
+        if not 0 <= self.explore < 1:
+            raise fail("explore", "a share of the trials in [0, 1), such as 0.5")
         if self.sampler not in SAMPLERS:
             raise ParameterError("TuneRequest.sampler", repr(self.sampler), f"one of: {', '.join(SAMPLERS)}")
         if self.study is not None:
@@ -222,7 +225,8 @@ def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, o
     parent = sweep_run(client, experiment_id, study, {
         "name": f"sweep-{study_name}",
         "params": {"space": space_path.name, "sizes": ",".join(map(str, space.sizes)), "runner": runner.name,
-                   "sampler": request.sampler, "margin": request.margin, "seed": request.seed}},
+                   "sampler": request.sampler, "margin": request.margin, "explore": request.explore,
+                   "seed": request.seed}},
         tags={**target_tags, "optuna.study": study_name,
               "optuna.storage": tracking.relative_path(client.tracking_uri, storage)})   # a moved --out: its own
     log_baselines(client, out, experiment_id, parent, ref, space, collective)
@@ -231,6 +235,7 @@ def prepare(request: TuneRequest, space: SearchSpace, collective: str, client, o
                          storage=storage, study_name=study_name, tracking_uri=client.tracking_uri,
                          experiment_id=experiment_id, parent_run_id=parent, reference=str(ref_path),
                          runner=runner.name, runner_options=options_dict(options), margin=request.margin,
+                         explore=request.explore,
                          synth_time_limit=request.synth_time_limit, trials=request.trials, timeout=request.timeout,
                          sampler=request.sampler, seed=request.seed, heartbeat=request.heartbeat,
                          until=request.until, patience=request.patience)

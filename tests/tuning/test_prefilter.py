@@ -11,7 +11,7 @@ import pytest
 from optuna.distributions import IntDistribution
 from optuna.trial import TrialState
 
-from autotaccl.tuning.prefilter import measured, misorder, rank_agreement, simulated, worth_measuring
+from autotaccl.tuning.prefilter import decide, measured, misorder, rank_agreement, shortlist, simulated, worth_measuring
 
 SIZES = [1024, 1 << 20, 1 << 26]
 
@@ -82,3 +82,49 @@ def test_the_margin_widens_where_the_simulator_misorders_near_candidates(tmp_pat
     assert not worth_measuring(measured(faithful), behind, "d", SIZES, 0.0)[0]
     measure, why = worth_measuring(measured(erring), behind, "d", SIZES, 0.0)
     assert measure and "margin 25.0%" in why, why
+
+
+def _simulated(tmp_path, rows: list[tuple[str, str, list[float]]]) -> optuna.Study:
+    """A journal-backed study of pruned (simulated only) trials: (cache key, protocol, simulated µs per size)."""
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(tmp_path / "p.log")))
+    study = optuna.create_study(storage=storage, study_name="p")
+    for n, (key, protocol, sim) in enumerate(rows):
+        study.add_trial(optuna.trial.create_trial(
+            params={"x": n}, distributions={"x": IntDistribution(0, 99)}, state=TrialState.PRUNED,
+            user_attrs={"cache_key": key, "sim_times": sim, "protocol": protocol, "fidelity": "sim"}))
+    return study
+
+
+ROWS = [("a", "Simple", [30.0, 100.0, 900.0]),     # the best at 64M
+        ("b", "LL", [10.0, 300.0, 5000.0]),        # the best at 1K
+        ("c", "LL", [11.0, 90.0, 3000.0]),         # the best at 1M
+        ("d", "Simple", [29.0, 110.0, 950.0]),     # Simple's best at 1K, second at 64M
+        ("e", "LL128", [12.0, 95.0, 1200.0]),      # LL128's best everywhere, nowhere the best
+        ("f", "Simple", [40.0, 400.0, 990.0])]
+
+
+def test_the_shortlist_takes_each_sizes_best_then_each_protocols_then_the_runners_up(tmp_path):
+    trials = simulated(_simulated(tmp_path, ROWS))
+    order = [t.user_attrs["cache_key"] for t in shortlist(trials, SIZES, 10)]
+    assert order[:3] == ["b", "c", "a"]                 # each size's best of any protocol
+    assert set(order[3:5]) == {"d", "e"}                # then each protocol's best per size
+    assert order[-1] == "f" and len(order) == 6         # then the runners-up, each algorithm once
+    assert [t.user_attrs["cache_key"] for t in shortlist(trials, SIZES, 2)] == ["b", "c"]
+
+
+def test_a_sweep_simulates_first_then_measures_the_shortlist_then_what_beats_its_protocol(tmp_path):
+    study = _simulated(tmp_path, ROWS)
+    attrs = {"cache_key": "g", "protocol": "Simple", "sim_times": [50.0, 500.0, 5000.0]}
+    measure, why = decide(study, 3, attrs, SIZES, 0.0, explore=6, budget=4)
+    assert not measure and "exploring" in why
+    assert not decide(study, 6, attrs, SIZES, 0.0, explore=6, budget=4)[0]       # behind at every size
+    waiting = study.get_trials(states=(TrialState.WAITING,))
+    assert [t.system_attrs["fixed_params"]["x"] for t in waiting] == [1, 2, 0, 4]       # b, c, a, then e (LL128's)
+    assert all(t.user_attrs["shortlist"] for t in waiting)
+    assert decide(study, 7, {**attrs, "shortlist": True}, SIZES, 0.0, explore=6, budget=4)[0]
+    decide(study, 8, attrs, SIZES, 0.0, explore=6, budget=4)
+    assert len(study.get_trials(states=(TrialState.WAITING,))) == 4               # not queued again
+    ll128 = {"cache_key": "h", "protocol": "LL128", "sim_times": [13.0, 94.0, 5000.0]}   # LL128's best at 1M
+    measure, why = decide(study, 9, ll128, SIZES, 0.0, explore=6, budget=4)
+    assert measure and "1M" in why, why
+    assert not decide(study, 9, {**ll128, "protocol": "LL"}, SIZES, 0.0, explore=6, budget=4)[0]   # behind LL's
