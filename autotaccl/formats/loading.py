@@ -40,19 +40,20 @@ def loader(runtime: str, graph: nx.DiGraph | None = None) -> Loader:
     else:
         raise ParameterError("runtime", repr(runtime), f"one of: {', '.join(RUNTIMES)}")
 
-    last: list = [None, None, 0, None]       # the last question (algorithm, protocol, instances) and its answer
+    last: tuple = (None, None, None, None)      # the last question (algorithm, protocol, instances), its answer
 
     def problem(algorithm: Algorithm, protocol: str, instances: int) -> str | None:
         """Why ``runtime`` cannot load ``algorithm``; the same object asked again right after (greedy asks
         for its lead schedule in each of its two choices) gets the answer of its one lowering."""
-        if last[0] is algorithm and last[1:3] == [protocol, instances]:
+        nonlocal last
+        if last[0] is algorithm and last[1:3] == (protocol, instances):
             return last[3]
         try:
             lower(algorithm, protocol, instances)
             answer = None
         except (msccl.LoweringError, mscclpp.LoweringError) as err:
             answer = f"{runtime}: {err}"
-        last[:] = [algorithm, protocol, instances, answer]
+        last = (algorithm, protocol, instances, answer)
         return answer
 
     return Loader(runtime, problem, switch=runtime == MSCCLPP)

@@ -197,7 +197,7 @@ class Objective:
             trial.set_user_attr("protocol", st.protocol)
             explore = prefilter.explore_trials(cfg.explore, cfg.trials)
             measure, why = prefilter.decide(trial.study, trial.number, trial.user_attrs, self.reference.sizes,
-                                            cfg.margin, explore, cfg.trials - explore)
+                                            cfg.margin, explore, cfg.trials - trial.number - 1)
             if not measure:
                 reason = f"{why}; not measured with the {cfg.runner} runner"
                 trial.set_user_attr("prune_reason", reason)

@@ -61,7 +61,7 @@ def test_killed_worker_is_reaped_retried_and_measurements_never_overlap(tmp_path
     journal, study = shared / "study.journal", "killed"
     args = ["--space", str(space), "--storage", str(journal), "--study", study, "--tracking-uri", mlflow_server.uri,
             "--trials", "6", "--sampler", "random", "--runner", "mpi", "--np", "4", "--timeout-per-run", "60",
-            "--margin", "10", "--heartbeat", "1", "--out", str(shared / "out")]
+            "--margin", "10", "--explore", "0", "--heartbeat", "1", "--out", str(shared / "out")]
     a = subprocess.Popen(tune_cmd(*args, "--seed", "1"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     b = None
     victim = None
@@ -273,7 +273,7 @@ def test_failures_become_trial_states_with_reasons_and_the_sweep_goes_on(tmp_pat
     tickets.mkdir()
     env = {**os.environ, "AUTOTACCL_FAULT_TICKETS": str(tickets)}
     proc = subprocess.Popen(tune_cmd(*common, "--study", "faults", "--trials", "5", "--runner", "mpi", "--np", "4",
-                                     "--launcher", str(launcher), "--timeout-per-run", "40", "--margin", "10"),
+                                     "--launcher", str(launcher), "--timeout-per-run", "40", "--margin", "10", "--explore", "0"),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
     deadline = time.monotonic() + 120       # the baselines are measured first, without faults: the study
     while time.monotonic() < deadline and proc.poll() is None and not [   # has its seeds queued only after

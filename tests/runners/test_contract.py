@@ -238,7 +238,7 @@ def test_a_site_runner_is_the_second_fidelity_of_tune_and_leases_its_hosts(site,
     fresh_store(out)
     log = tmp_path / "calls.jsonl"
     assert main(["tune", "--space", str(space), "--trials", "2", "--sampler", "bruteforce", "--seed", "0",
-                 "--out", str(out), "--no-progress", "--runner", "site-sim", "--margin", "10",
+                 "--out", str(out), "--no-progress", "--runner", "site-sim", "--margin", "10", "--explore", "0",
                  "--runner-option", f"hardware={tmp_path / 'pair.yaml'}", "--runner-option", "nodes=2",
                  "--runner-option", "slowdown=2", "--runner-option", "hosts=site-b,site-a",
                  "--runner-option", f"log={log}"]) == 0

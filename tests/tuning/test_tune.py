@@ -285,7 +285,7 @@ def test_infeasible_sketch_and_wrong_data_fail_their_trials_and_export_skips_the
     out = tmp_path / "runs"
     fresh_store(out)
     (summary,) = tune(TuneRequest(space=str(space), trials=4, out=str(out), sampler="bruteforce", seed=0,
-                                  runner="wrong-once", margin=10.0,
+                                  runner="wrong-once", margin=10.0, explore=0.0,
                                   runner_options={"hardware": str(tmp_path / "pair1nic.yaml"), "nodes": 2}))
     assert importlib.import_module("wrong_once").corrupted == 1, "the double reported one wrong result"
 

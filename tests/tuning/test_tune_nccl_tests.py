@@ -98,7 +98,7 @@ def sweep(tmp_path_factory):
     fresh_store(out)
     assert main(["tune", "--space", str(space), "--trials", "3", "--out", str(out), "--sampler", "bruteforce",
                  "--seed", "0", "--runner", "nccl-tests", "--binary", str(exe.parent), "--np", "4",
-                 "--margin", "10", "--timeout-per-run", "60", "--no-progress"]) == 0
+                 "--margin", "10", "--explore", "0", "--timeout-per-run", "60", "--no-progress"]) == 0
     calls = [json.loads(line) for line in (exe.parent / "calls.jsonl").read_text().splitlines()]
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / "optuna.journal")))
     trials = optuna.load_study(study_name="pairx2-allgather", storage=storage).trials
