@@ -451,7 +451,7 @@ def replay_measured(table: Table, variant: Variant, margin: float | None, explor
             study.tell(trial, same.value)
             continue
         sim_rel = table.relative(row)
-        if margin is not None and not prefilter.decide(study, trial.number, trial.user_attrs, space.sizes, margin,
+        if margin is not None and not prefilter.decide(study, done, trial.number, trial.user_attrs, space.sizes, margin,
                                                        first, sim_cap - first)[0]:
             trial.set_user_attr("results", [{"size": s, "relative": r} for s, r in zip(space.sizes, sim_rel)])
             trial.report(table.score(row), 0)

@@ -196,7 +196,7 @@ class Objective:
                 return value
             trial.set_user_attr("protocol", st.protocol)
             explore = prefilter.explore_trials(cfg.explore, cfg.trials)
-            measure, why = prefilter.decide(trial.study, trial.number, trial.user_attrs, self.reference.sizes,
+            measure, why = prefilter.decide(trial.study, done, trial.number, trial.user_attrs, self.reference.sizes,
                                             cfg.margin, explore, cfg.trials - trial.number - 1)
             if not measure:
                 reason = f"{why}; not measured with the {cfg.runner} runner"

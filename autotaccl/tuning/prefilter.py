@@ -92,24 +92,23 @@ def shortlist(trials: Sequence[optuna.trial.FrozenTrial], sizes: Sequence[int],
     return list(picks.values())
 
 
-def decide(study: optuna.Study, number: int, attrs: dict[str, Any], sizes: Sequence[int], margin: float,
-           explore: int, budget: int) -> tuple[bool, str]:
-    """(measure?, why) for trial ``number`` whose ``attrs`` hold its ``cache_key``, ``sim_times`` and
-    ``protocol``: simulated only while ``number < explore``; after that, once, the simulator's ``shortlist``
+def decide(study: optuna.Study, done: Sequence[optuna.trial.FrozenTrial], number: int, attrs: dict[str, Any],
+           sizes: Sequence[int], margin: float, explore: int, budget: int) -> tuple[bool, str]:
+    """(measure?, why) for trial ``number`` (its ``attrs`` hold its ``cache_key``, ``sim_times`` and
+    ``protocol``), given the study's ``measured`` trials ``done``: simulated only while ``number < explore``; after that, once, the simulator's ``shortlist``
     of up to ``budget`` algorithms is enqueued (those trials are measured), and any other candidate is
     measured when ``worth_measuring`` against every simulated candidate of its protocol."""
     if number < explore:
         return False, f"exploring: the first {explore} trials are simulated only"
     if attrs.get("shortlist"):
         return True, "on the simulator's shortlist after exploring (its best per size and protocol, in rank order)"
+    trials = simulated(study)
     if explore and not study.user_attrs.get("shortlisted"):
         study.set_user_attr("shortlisted", number)
-        done = {t.user_attrs.get("cache_key") for t in measured(study)} | {attrs["cache_key"]}
-        trials = simulated(study)
-        for t in [t for t in shortlist(trials, sizes, len(trials)) if t.user_attrs["cache_key"] not in done][:budget]:
+        known = {t.user_attrs.get("cache_key") for t in done} | {attrs["cache_key"]}
+        for t in [t for t in shortlist(trials, sizes, len(trials)) if t.user_attrs["cache_key"] not in known][:budget]:
             study.enqueue_trial(t.params, user_attrs={"shortlist": True})
-    return worth_measuring(measured(study), attrs["sim_times"], attrs["cache_key"], sizes, margin, simulated(study),
-                           attrs.get("protocol"))
+    return worth_measuring(done, attrs["sim_times"], attrs["cache_key"], sizes, margin, trials, attrs.get("protocol"))
 
 
 def misorder(done: Sequence[optuna.trial.FrozenTrial], i: int, near: float = 0.10, pairs: int = 3) -> float:

@@ -115,16 +115,16 @@ def test_the_shortlist_takes_each_sizes_best_then_each_protocols_then_the_runner
 def test_a_sweep_simulates_first_then_measures_the_shortlist_then_what_beats_its_protocol(tmp_path):
     study = _simulated(tmp_path, ROWS)
     attrs = {"cache_key": "g", "protocol": "Simple", "sim_times": [50.0, 500.0, 5000.0]}
-    measure, why = decide(study, 3, attrs, SIZES, 0.0, explore=6, budget=4)
+    measure, why = decide(study, measured(study), 3, attrs, SIZES, 0.0, explore=6, budget=4)
     assert not measure and "exploring" in why
-    assert not decide(study, 6, attrs, SIZES, 0.0, explore=6, budget=4)[0]       # behind at every size
+    assert not decide(study, measured(study), 6, attrs, SIZES, 0.0, explore=6, budget=4)[0]       # behind at every size
     waiting = study.get_trials(states=(TrialState.WAITING,))
     assert [t.system_attrs["fixed_params"]["x"] for t in waiting] == [1, 2, 0, 4]       # b, c, a, then e (LL128's)
     assert all(t.user_attrs["shortlist"] for t in waiting)
-    assert decide(study, 7, {**attrs, "shortlist": True}, SIZES, 0.0, explore=6, budget=4)[0]
-    decide(study, 8, attrs, SIZES, 0.0, explore=6, budget=4)
+    assert decide(study, measured(study), 7, {**attrs, "shortlist": True}, SIZES, 0.0, explore=6, budget=4)[0]
+    decide(study, measured(study), 8, attrs, SIZES, 0.0, explore=6, budget=4)
     assert len(study.get_trials(states=(TrialState.WAITING,))) == 4               # not queued again
     ll128 = {"cache_key": "h", "protocol": "LL128", "sim_times": [13.0, 94.0, 5000.0]}   # LL128's best at 1M
-    measure, why = decide(study, 9, ll128, SIZES, 0.0, explore=6, budget=4)
+    measure, why = decide(study, measured(study), 9, ll128, SIZES, 0.0, explore=6, budget=4)
     assert measure and "1M" in why, why
-    assert not decide(study, 9, {**ll128, "protocol": "LL"}, SIZES, 0.0, explore=6, budget=4)[0]   # behind LL's
+    assert not decide(study, measured(study), 9, {**ll128, "protocol": "LL"}, SIZES, 0.0, explore=6, budget=4)[0]   # behind LL's
