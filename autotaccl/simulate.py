@@ -4,7 +4,12 @@ for one runtime protocol (LL, LL128, Simple) and instance count.
 Time is the protocol's launch plus the makespan of the transfers; each transfer waits for its
 dependencies and its connection, pays its edge's alpha, then shares every arc it crosses fairly with the
 others, in rounds of at most ``ROUND_BYTES`` (a runtime's pipelining). Switch operations cross their
-group's switch ports at the NVLS rate (:mod:`autotaccl.model.switch`). :func:`estimate` is the closed form
+group's switch ports at the NVLS rate (:mod:`autotaccl.model.switch`); a load-reduce and the store the
+runtime fuses with it (:func:`~autotaccl.model.algorithm.fused_switch_pairs`) are one operation, which
+stores each piece as it reduces it: one job over both operations' ports (the asker's twice), one latency.
+The lanes' steps (``op_us``) are whole steps over the busiest switch port, as in the closed form.
+The switch operations that open a schedule start at its launch, tuning.cc's NVLS latency (NVLS has no
+base latency beside it, and no per-hop term). :func:`estimate` is the closed form
 the simulation approaches. Bandwidths follow nccl-tests (``msccl-xml-and-nccl-tests.md`` §5.4). The model
 term by term: ``docs/internals.md``."""
 from __future__ import annotations
@@ -20,7 +25,7 @@ import networkx as nx
 
 from .errors import InputError
 from .gcpause import gc_paused
-from .model.algorithm import Algorithm, Transfer
+from .model.algorithm import Algorithm, Transfer, fused_switch_pairs
 from .model.collectives import canonical_name, make_collective
 from .model.dependencies import transfer_dependencies
 from .model.switch import (COLLECTIVES as SWITCH_COLLECTIVES, PROTOCOL as SWITCH_PROTOCOL, SwitchPort, byte_weight,
@@ -50,7 +55,7 @@ class _Plan:
     deps: tuple[int, ...]                    # number of dependencies of each transfer
     dependents: tuple[tuple[int, ...], ...]
     conn: tuple[int, ...]                    # connection of each transfer
-    arcs: tuple[tuple[int, ...], ...]        # arcs each transfer's bytes cross
+    arcs: tuple[tuple[int, ...], ...]        # arcs each transfer's bytes cross (twice: it crosses it twice)
     alpha_us: tuple[float, ...]              # latency of each transfer (link + protocol)
     chunks: tuple[int, ...]                  # chunks moved by each transfer
     share: tuple[float, ...]                 # per arc: payload bytes/µs one instance copy gets when alone
@@ -61,6 +66,7 @@ class _Plan:
     through: tuple[int, ...] = ()            # the switch operations
     port: SwitchPort | None = None           # their switch's terms
     plain_rate: float = 0.0                  # a copy's rate over one of its ports (bytes/µs, one instance)
+    port_chunks: int = 0                     # the chunks of switch operations over their busiest port
 
 
 def rounds(chunk_bytes: float) -> int:
@@ -223,11 +229,17 @@ def _plan(algorithm: Algorithm, graph: nx.DiGraph, protocol: str | None = None, 
     conn_ids: dict[tuple, int] = {}
     edges: dict[tuple[int, int], tuple[tuple[int, ...], float, float]] = {}
     conns, arcs, alphas, ceiling, through = [], [], [], [], []
+    fused = fused_switch_pairs(transfers) if any(t.group for t in transfers) else {}
+    follows = set(fused.values())        # stores timed with their load-reduce: no bytes, no latency of their own
+    chunks = [0 if i in follows else len(t.chunks) for i, t in enumerate(transfers)]
     for i, t in enumerate(transfers):
         if t.group:
-            ports = _switch_arcs(graph, t, i)
+            ports = () if i in follows else _switch_arcs(graph, t, i)
+            if i in fused:
+                ports += _switch_arcs(graph, transfers[fused[i]], fused[i])
             arcs.append(tuple(arc_ids.setdefault(a, len(arc_ids)) for a in ports))
-            alphas.append(2 * cap.edges[ports[0]]["alpha_us"] + proto.hop_us)
+            opening = dependencies and not deps[i]
+            alphas.append(0.0 if i in follows or opening else 2 * cap.edges[ports[0]]["alpha_us"] + proto.hop_us)
             ceiling.append(math.inf)
             conns.append(conn_ids.setdefault((t.op, t.src, t.channel), len(conn_ids)))
             through.append(i)
@@ -247,6 +259,10 @@ def _plan(algorithm: Algorithm, graph: nx.DiGraph, protocol: str | None = None, 
         data = cap.edges[a]
         share[j] = data["capacity"] * 1e3 * data.get("efficiency", 1.0) * proto.efficiency / instances
     launch, port, plain = proto.launch_us, None, 0.0
+    switch_load: dict[int, int] = defaultdict(int)
+    for i in through:
+        for a in arcs[i]:
+            switch_load[a] += chunks[i]
     if through:
         profile = graph.graph["profile"]
         port = switch_port(profile, graph.graph["nodes"])
@@ -254,8 +270,8 @@ def _plan(algorithm: Algorithm, graph: nx.DiGraph, protocol: str | None = None, 
         plain = link.bandwidth_GBps * 1e3 * link.efficiency * proto.efficiency
         launch = max(launch, port.nvls.latency_us)
     return _Plan(tuple(len(d) for d in deps), tuple(map(tuple, dependents)), tuple(conns), tuple(arcs),
-                 tuple(alphas), tuple(len(t.chunks) for t in transfers), tuple(share), tuple(ceiling),
-                 launch, instances, len(conn_ids), tuple(through), port, plain)
+                 tuple(alphas), tuple(chunks), tuple(share), tuple(ceiling),
+                 launch, instances, len(conn_ids), tuple(through), port, plain, max(switch_load.values(), default=0))
 
 
 # --------------------------------------------------------------------------- event loop
@@ -277,15 +293,17 @@ def _pieces(plan: _Plan, algorithm: Algorithm, size: int) -> tuple[list[float], 
     k = rounds(chunk)
     nbytes = [c * chunk / k for c in plan.chunks]
     if plan.through:
-        weight = byte_weight(size, plan.port, plan.plain_rate)
+        weight = byte_weight(size, plan.port, plan.plain_rate, plan.port_chunks * algorithm.collective.chunk_bytes(size))
         for i in plan.through:
             nbytes[i] *= weight
     return nbytes, k
 
 
 def _solo(plan: _Plan) -> list[float]:
-    """Each transfer's rate when it moves alone: its narrowest arc's share, at most the channel ceiling."""
-    return [min(most, min(plan.share[a] for a in held)) for most, held in zip(plan.ceiling, plan.arcs)]
+    """Each transfer's rate when it moves alone: its narrowest arc's share (over the times it crosses the
+    arc), at most the channel ceiling."""
+    return [min(most, min((plan.share[a] / held.count(a) for a in held), default=math.inf))
+            for most, held in zip(plan.ceiling, plan.arcs)]
 
 
 @gc_paused()
@@ -311,6 +329,7 @@ def _fluid(plan: _Plan, nbytes: list[float], k: int) -> float:
     since = [0.0] * total
     finish = [-1.0] * total
     users: list[set[int]] = [set() for _ in share]     # jobs moving bytes over each arc
+    load = [0] * len(share)                             # ... counted as often as each crosses it
     busy = [False] * plan.num_conns
     queue: list[list[int]] = [[] for _ in busy]       # per connection: heap of jobs whose latency is over
     events: list[tuple[float, int]] = []
@@ -350,10 +369,10 @@ def _fluid(plan: _Plan, nbytes: list[float], k: int) -> float:
             busy[c] = False
             freed.append(c)
             for a in arcs_of[i]:
-                others = users[a]
-                if len(others) > 1 and a not in dirty:
-                    dirty[a] = len(others)
-                others.discard(job)
+                if load[a] > 1 and a not in dirty:
+                    dirty[a] = load[a]
+                load[a] -= 1
+                users[a].discard(job)
             base = job - i
             for d in dependents[i]:
                 inst = base + d
@@ -377,16 +396,16 @@ def _fluid(plan: _Plan, nbytes: list[float], k: int) -> float:
                 remaining[job] = nbytes[i]
                 since[job] = now
                 for a in arcs_of[i]:
-                    others = users[a]
-                    if others and a not in dirty:
-                        dirty[a] = len(others)
-                    others.add(job)
+                    if load[a] and a not in dirty:
+                        dirty[a] = load[a]
+                    load[a] += 1
+                    users[a].add(job)
                 affected.add(job)
         # a job's rate can only change where an arc's share crosses it: skip those moving slower
         # than the arc's smaller share (before or after), they are limited elsewhere
         for a, before in dirty.items():
             others = users[a]
-            now_using = len(others)
+            now_using = load[a]
             if now_using and now_using != before:   # (the same count: one left, one came; the share stands)
                 low = share[a] / max(before, now_using) * (1 - 1e-9)
                 for job in others:
@@ -396,7 +415,7 @@ def _fluid(plan: _Plan, nbytes: list[float], k: int) -> float:
             i = job % n
             new = solo[i]
             for a in arcs_of[i]:
-                u = len(users[a])
+                u = load[a]
                 if u > 1 and share[a] / u < new:
                     new = share[a] / u
             old = rate[job]

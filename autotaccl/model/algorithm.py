@@ -16,7 +16,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import networkx as nx
 
@@ -57,6 +57,27 @@ class Transfer:
 def switch_ops(algorithm: "Algorithm") -> int:
     """How many of ``algorithm``'s transfers are switch operations (a runtime without multimem runs none)."""
     return sum(1 for t in algorithm.transfers if t.group)
+
+
+def fused_switch_pairs(transfers: Sequence[Transfer]) -> dict[int, int]:
+    """switch_reduce -> the switch_broadcast of the same cells from the same rank over the same group that
+    next touches any of them (nothing in between does). A runtime runs the pair as one operation that
+    stores each piece as it load-reduces it (MSCCL++'s glres, as its DSL fuses them; the executor has no
+    load-reduce without a store), so the lowering writes it once and the simulator times it once."""
+    out: dict[int, int] = {}
+    pending: dict[int, int] = {}                 # chunk -> open switch_reduce
+    for t, tr in enumerate(transfers):
+        opened = {pending.pop(c) for c in tr.chunks if c in pending}
+        if len(opened) == 1 and tr.op == "switch_broadcast":
+            u = opened.pop()
+            first = transfers[u]
+            if (first.src, first.group, sorted(first.chunks)) == (tr.src, tr.group, sorted(tr.chunks)):
+                out[u] = t
+                continue
+        if tr.op == "switch_reduce":
+            for c in tr.chunks:
+                pending[c] = t
+    return out
 
 
 @dataclass(frozen=True)

@@ -68,13 +68,17 @@ def multimem_us(port_bytes: float, nbytes: float, port: SwitchPort) -> float:
     return port_bytes / port.rate + steps * port.nvls.op_us
 
 
-def byte_weight(nbytes: float, port: SwitchPort, plain_rate: float) -> float:
+def byte_weight(nbytes: float, port: SwitchPort, plain_rate: float, port_bytes: float) -> float:
     """What one byte of a multimem operation in a call of ``nbytes`` costs a switch port, in bytes of a
-    copy that moves at ``plain_rate`` (bytes/µs) over it: the port's NVLS rate and every lane step's
-    ``op_us`` spread over the step's bytes (:func:`multimem_us` without the rounding up of steps), so
-    the simulator's shared ports charge the switch's operations what this model charges them."""
+    copy that moves at ``plain_rate`` (bytes/µs) over it: the port's NVLS rate, and the ``op_us`` of the
+    lanes' steps over the busiest port's ``port_bytes`` (rounded up to whole steps, as
+    :func:`multimem_us`) spread over those bytes, so the simulator's shared ports charge the switch's
+    operations what this model charges them."""
+    if port_bytes <= 0:
+        return plain_rate / port.rate
     chunk = nvls_chunk(nbytes, port.lanes, port.nvls.chunk_bytes)
-    return plain_rate * (1 / port.rate + port.nvls.op_us / (port.lanes * chunk))
+    steps = math.ceil(port_bytes / (port.lanes * chunk))
+    return plain_rate * (1 / port.rate + steps * port.nvls.op_us / port_bytes)
 
 
 def port_share(collective: str, group: int) -> float:

@@ -91,12 +91,27 @@ def test_dependencies_follow_every_member_cell():
 @pytest.mark.parametrize("hardware", ["dgx-h100", "gb200-nvl72", "dgx-b200"])
 def test_simulated_nvls_allreduce_meets_the_switch_model(hardware):
     """The IR's NVLS AllReduce in the simulator against simulate_switch (NCCL's NVLS in model/switch.py):
-    the same ports, rates and per-step costs, so within the pipeline's fill and the fair share's losses."""
+    the same ports, rates and per-step costs; each rank's load-reduce and store are one glres, which
+    stores as it reduces, so no pipeline fill, and the lanes' steps round up alike: the two agree."""
     graph = build_topology(load_hardware(hardware), 1)
     algorithm = nvls_allreduce(graph.number_of_nodes())
     model = simulate_switch(graph, "allreduce", G).time_us
     assert floor_us(algorithm, graph, G) == pytest.approx(model, rel=0.01)
-    assert model <= simulate(algorithm, graph, G).time_us <= 1.08 * model
+    for size in (16 << 20, G):
+        assert simulate(algorithm, graph, size).time_us == pytest.approx(simulate_switch(graph, "allreduce", size).time_us,
+                                                                         rel=1e-9)
+
+
+def test_a_fused_load_reduce_and_store_cross_the_askers_ports_twice_with_one_latency(h100):
+    """Rank 0's glres of one cell alone: its bytes cross rank 0's switch ports twice (the load-reduce's
+    result and the store's source), so it takes twice a lone load-reduce's bytes time, and no second
+    latency."""
+    coll, group = Collective("allreduce", 8), tuple(range(8))
+    reduce, store = (Transfer((0,), 0, 0, s, op, group=group) for s, op in ((0, "switch_reduce"), (2, "switch_broadcast")))
+    launch = simulate(Algorithm("r", coll, (reduce,)), h100, G).time_us
+    alone = launch - h100.graph["profile"].nccl.nvls.latency_us
+    fused = simulate(Algorithm("f", coll, (reduce, store)), h100, G).time_us
+    assert fused - launch == pytest.approx(alone, rel=1e-9)
 
 
 @pytest.mark.parametrize("collective", ["allreduce", "reducescatter", "allgather"])
@@ -107,7 +122,7 @@ def test_switch_schedules_verify_and_use_the_switch(collective, hardware, nodes)
     lt = logical_topology(graph, collective, default_sketch(graph, collective), G)
     made = list(switch_schedules(lt))
     assert made and all(switch_ops(a) for _, a in made)
-    assert [a.metadata["pieces"] for _, a in made][:3] == [1, 4, 16]
+    assert [a.metadata["pieces"] for _, a in made][:3] == ([1, 4, 16] if nodes > 1 else [1])
     for _, algorithm in made[:2] + made[-1:]:     # (every one replays alike: the fewest pieces and the most)
         verify(algorithm, graph)
 
@@ -151,15 +166,14 @@ def test_switch_schedule_pieces_cut_every_owner_cell(h100):
     assert all(t.op == "switch_reduce" for t in one.transfers)
 
 
-def test_finer_switch_pieces_on_one_node_close_in_on_the_floor(h100):
-    """On one node the load-reduces and the stores share every port; the smaller their pieces, the less of
-    the call runs on one direction alone, so the pieces go past 128 where the operations allow."""
+def test_one_node_switch_allreduce_is_one_piece_and_finer_pieces_gain_nothing(h100):
+    """On one node each cell's load-reduce and store are one glres, which stores as it reduces: no pipeline
+    fill for pieces to shorten, so the candidates stop at one piece, and 128 pieces take the same time."""
     lt = logical_topology(h100, "allreduce", default_sketch(h100, "allreduce"), G)
-    made = {a.metadata["pieces"]: a for _, a in switch_schedules(lt)}
-    assert max(made) > 128
-    finest, coarse = made[max(made)], made[128]
-    assert floor_us(finest, h100, G) == pytest.approx(floor_us(coarse, h100, G))
-    assert simulate(finest, h100, G).time_us < simulate(coarse, h100, G).time_us
+    assert [a.metadata["pieces"] for _, a in switch_schedules(lt)] == [1]
+    one, fine = switch_schedule(lt, (1,)), switch_schedule(lt, (1,) * 128)
+    assert simulate(fine, h100, G).time_us == pytest.approx(simulate(one, h100, G).time_us, rel=1e-9)
+    assert simulate(one, h100, G).time_us == pytest.approx(floor_us(one, h100, G), rel=1e-6)
 
 
 def test_the_xml_lowering_refuses_switch_operations_and_the_plan_lowering_writes_them(h100):

@@ -109,7 +109,7 @@ def load_algorithm_of_xml_winner(uri: str, row: pd.Series, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_tuner_routes_to_nccls_nvls_where_it_beats_every_candidate_a_runtime_runs(swept):
+def test_the_tuner_routes_to_nccls_nvls_only_where_it_beats_every_candidate_a_runtime_runs(swept):
     _, target, runs, _, _, table = swept
     text = (target / "nccl" / "nccl_tuner.conf").read_text()
     rules, lines = plugin_rules(text), text.splitlines()
@@ -123,14 +123,15 @@ def test_the_tuner_routes_to_nccls_nvls_where_it_beats_every_candidate_a_runtime
         (at,) = [i for i, ln in enumerate(lines) if ln.startswith("allreduce,") and
                  int(ln.split(",")[1]) <= size <= int(ln.split(",")[2])]
         winner = f"stock NCCL's {algo}/{proto} wins here" in lines[at - 1]
-        assert winner == (nccl[f"metrics.time_us.{size}"] < ours * (1 - 1e-9)), (size, lines[at - 1])
+        if abs(nccl[f"metrics.time_us.{size}"] - ours) > 5e-4:        # (a tie to the table's rounding says nothing)
+            assert winner == (nccl[f"metrics.time_us.{size}"] < ours), (size, lines[at - 1])
     row = band(table, 268435456)
     assert nccl["tags.nccl.268435456"].startswith("nvls/")              # NVLS where the profile has it
-    assert row.fastest.endswith("stock NCCL nvls/Simple (nccl-model)")
-    own = {int(n) for n in row.nccl.split(" line ")[1].split(" (")[0].split(", ")}      # the band's tuner rows
-    won = [i + 2 for i, ln in enumerate(lines) if "wins here: nccl-model predicts" in ln and i + 2 in own]
-    which = "" if set(won) == own else f" on line {' and '.join(map(str, won))}"
-    assert won and f"(winner{which}: stock NCCL's nvls is faster than every candidate a runtime runs" in row.nccl
+    # the switch trial is NCCL's NVLS in the IR (one glres per slice): it ties NCCL's nvls, so the band ships it
+    # and the tuner row says nothing of a NCCL win
+    i = [s for s in SIZES if row.min_size <= s <= row.max_size].index(268435456)
+    assert float(row.mscclpp_time_us.split(";")[i]) == pytest.approx(nccl["metrics.time_us.268435456"], abs=5e-4)
+    assert row.fastest == "trial-0 (switch)" and "winner" not in row.nccl
     assert "winner" not in band(table, 1024).nccl and "fallback" in band(table, 1024).nccl   # ours wins there
 
 

@@ -19,15 +19,16 @@ from ...model.topology import reducing_switch
 from ...sketch.logical import LogicalTopology
 from .strategy import NotApplicable
 
-PIECES = (1, 4, 16, 64, 128, 256, 512)  # each owner's cells cut into this many pieces (more: the load-reduces
-                                        # and the stores share the ports on smaller ones, more operations)
+PIECES = (1, 4, 16, 64, 128, 256, 512)  # each owner's cells cut into this many pieces across nodes (more: the
+                                        # switch and the rails overlap on smaller ones, more operations)
 MAX_NODES = 8              # the direct exchange across nodes moves (nodes - 1) transfers per cell and rail
 MAX_OPERATIONS = 20_000    # transfers per candidate
 
 
 def switch_schedules(lt: LogicalTopology) -> Iterator[tuple[str, Algorithm]]:
-    """``(label, algorithm)`` of every switch schedule of ``lt.collective`` (fewest pieces first);
-    raises NotApplicable where the switch cannot run it (another collective, no switch that reduces
+    """``(label, algorithm)`` of every switch schedule of ``lt.collective`` (fewest pieces first; on one
+    node only the one piece: nothing runs between a cell's load-reduce and its store, one glres, so pieces
+    would pipeline nothing); raises NotApplicable where the switch cannot run it (another collective, no switch that reduces
     spans a node's GPUs, more than ``MAX_NODES`` nodes, a rail hop the sketch does not allow)."""
     coll, graph = lt.collective, lt.graph
     gpn, nodes = graph.graph["gpus_per_node"], graph.graph["nodes"]
@@ -44,7 +45,7 @@ def switch_schedules(lt: LogicalTopology) -> Iterator[tuple[str, Algorithm]]:
                 raise NotApplicable(f"the sketch allows no rail hop between GPUs {u} and {v}")
     where = "switch rails" if nodes > 1 else "switch"
     made = False
-    for pieces in PIECES:
+    for pieces in PIECES if nodes > 1 else PIECES[:1]:
         if made and coll.ranks * pieces * (4 * nodes - 2) > MAX_OPERATIONS:
             break
         algorithm = switch_schedule(lt, (1,) * pieces)

@@ -15,7 +15,7 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
-from ....model.algorithm import Algorithm
+from ....model.algorithm import Algorithm, fused_switch_pairs
 
 Loc = tuple[str, int]
 
@@ -94,7 +94,7 @@ def layout(algorithm: Algorithm, packets: tuple[bool, ...], inplace: bool) -> La
                 for m in tr.group:
                     if m != tr.src:
                         uses[(m, c)].append(t)
-    fused = fusions(algorithm)
+    fused = fused_switch_pairs(algorithm.transfers)
 
     def cell(rank: int, loc: Loc) -> tuple:
         return canonical(coll, rank, loc, inplace)
@@ -224,26 +224,6 @@ def layout(algorithm: Algorithm, packets: tuple[bool, ...], inplace: bool) -> La
             if h is not None and cell(r, cur[(r, c)]) != cell(r, h):
                 finals[r].append((cur[(r, c)], h))
     return Layout(tuple(moves), {r: tuple(v) for r, v in finals.items()}, tuple(plain), tuple(packet))
-
-
-def fusions(algorithm: Algorithm) -> dict[int, int]:
-    """switch_reduce -> the switch_broadcast of the same cells from the same rank over the same group that
-    next touches any of them (nothing in between does): the pair is one glres, as MSCCL++'s DSL fuses
-    them (the executor has no load-reduce without a store)."""
-    out: dict[int, int] = {}
-    pending: dict[int, int] = {}                 # chunk -> open switch_reduce
-    for t, tr in enumerate(algorithm.transfers):
-        opened = {pending.pop(c) for c in tr.chunks if c in pending}
-        if len(opened) == 1 and tr.op == "switch_broadcast":
-            u = opened.pop()
-            first = algorithm.transfers[u]
-            if (first.src, first.group, sorted(first.chunks)) == (tr.src, tr.group, sorted(tr.chunks)):
-                out[u] = t
-                continue
-        if tr.op == "switch_reduce":
-            for c in tr.chunks:
-                pending[c] = t
-    return out
 
 
 def staged(algorithm: Algorithm, lay: Layout, port: tuple[bool, ...]) -> Layout:
