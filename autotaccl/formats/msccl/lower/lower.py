@@ -103,8 +103,9 @@ def _program(expanded: Algorithm, uses: Uses, channels, opts: LoweringOptions, s
     which receives fuse (:class:`~.threadblocks.Blocks`)."""
     limits = LIMITS[opts.runtime]
     origin = tuple(range(len(expanded.transfers)))
+    memo = _LayoutMemo()     # the channel-copy rounds and the re-plans below share equal layouts
     channels, (program, stuck, problem) = _build_fitting(expanded, uses, channels, origin, opts, source, algorithm,
-                                                         blocks)
+                                                         blocks, memo)
     if problem is not None and stuck:
         split = split_runs(expanded, channels, origin, opts.inplace, limits.channels)
         if split is not None:
@@ -134,12 +135,13 @@ def _program(expanded: Algorithm, uses: Uses, channels, opts: LoweringOptions, s
         attempt += 1
         forbid = None if not pairs or attempt >= MAX_ATTEMPTS else forbid | pairs
         log.info("%s: %s; splitting %d send/receive thread blocks", source, problem, len(pairs))
-        program, stuck, problem = _build(expanded, uses, channels, origin, forbid, opts, source, algorithm, blocks)
+        program, stuck, problem = _build(expanded, uses, channels, origin, forbid, opts, source, algorithm, blocks,
+                                         memo)
     return program
 
 
 def _build_fitting(expanded: Algorithm, uses: Uses, channels, origin, opts: LoweringOptions, source: str,
-                   algorithm: Algorithm, blocks: Blocks):
+                   algorithm: Algorithm, blocks: Blocks, memo: _LayoutMemo | None = None):
     """(channels, _build(...)): if a thread block has more steps than the runtime allows, spread the
     chunks over k channel copies (chunk c on one copy, so a forwarded chunk stays on one channel, as
     NCCL's rings do; c numbered as in the algorithm: an instance's chunks all have one residue modulo
@@ -155,7 +157,7 @@ def _build_fitting(expanded: Algorithm, uses: Uses, channels, origin, opts: Lowe
     while True:
         spread = tuple(ch + copy_of(c, k) * base for ch, c in zip(channels, within))
         try:
-            return spread, _build(expanded, uses, spread, origin, frozenset(), opts, source, algorithm, blocks)
+            return spread, _build(expanded, uses, spread, origin, frozenset(), opts, source, algorithm, blocks, memo)
         except _TooManySteps as err:
             fewest = math.floor(err.ratio) + 1 if k == 1 else k + 1    # ratio > 1: at least 2
             if base * fewest > LIMITS[opts.runtime].channels:
@@ -174,18 +176,46 @@ def copy_of(chunk: int, copies: int) -> int:
 _INVERSE_GOLDEN = (math.sqrt(5) - 1) / 2
 
 
+class _LayoutMemo:
+    """The layout of the last plan built and its steps' conflicts, for the next plan of the same
+    algorithm with equal fusions and stored receives (the channel-copy rounds of :func:`_build_fitting`
+    often have them): the layout reads nothing else of a plan, and the steps built from one layout
+    access the same cells in the same order whatever their thread blocks (:func:`.steps.step_conflicts`)."""
+
+    def __init__(self) -> None:
+        self._last: tuple | None = None
+
+    @staticmethod
+    def _key(plan, inplace: bool) -> tuple:
+        return plan.fused_next, plan.stored, plan.order, inplace
+
+    def get(self, algorithm: Algorithm, plan, inplace: bool):
+        """(layout, conflicts) kept for an equal plan of ``algorithm``, else (None, None)."""
+        if self._last is not None and self._last[0] is algorithm and self._last[1] == self._key(plan, inplace):
+            return self._last[2]
+        return None, None
+
+    def keep(self, algorithm: Algorithm, plan, inplace: bool, lay, conflicting) -> None:
+        self._last = (algorithm, self._key(plan, inplace), (lay, conflicting))
+
+
 def _build(expanded: Algorithm, uses: Uses, channels, origin, forbid, opts: LoweringOptions, source: str,
-           algorithm: Algorithm, blocks: Blocks):
-    """(program, stuck thread blocks, replay problem) for one thread-block plan (``uses``: ``expanded``'s)."""
+           algorithm: Algorithm, blocks: Blocks, memo: _LayoutMemo | None = None):
+    """(program, stuck thread blocks, replay problem) for one thread-block plan (``uses``: ``expanded``'s;
+    ``memo``: the layout and conflicts of an earlier plan of it, where equal)."""
     limits = LIMITS[opts.runtime]
     coll = expanded.collective
     plan = plan_threadblocks(expanded, channels, uses, forbid, blocks)
     _check_steps(_planned_steps(plan), coll.ranks, limits, source)
     _check_targets(expanded, plan, uses, limits, source, opts.inplace)
-    lay = layout(expanded, plan, opts.inplace)
+    lay, conflicting = memo.get(expanded, plan, opts.inplace) if memo is not None else (None, None)
+    if lay is None:
+        lay = layout(expanded, plan, opts.inplace)
     steps = build_steps(expanded, plan, lay, limits.max_cnt, origin)
     _check_steps(Counter(st.tb for st in steps), coll.ranks, limits, source)
-    add_dependencies(steps, coll.name, coll.chunkup, opts.inplace, opts.outofplace)
+    conflicting = add_dependencies(steps, coll.name, coll.chunkup, opts.inplace, opts.outofplace, conflicting)
+    if memo is not None:
+        memo.keep(expanded, plan, opts.inplace, lay, conflicting)
     gpus = _number(steps, coll, lay.scratch, source, opts.runtime)     # checks the runtime's limits
     program = Program(_header(algorithm, coll, gpus, opts), gpus)
     stuck, problem = _replay(program, coll.name, opts)

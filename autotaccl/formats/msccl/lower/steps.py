@@ -104,8 +104,35 @@ def build_steps(algorithm: Algorithm, plan: Plan, lay: Layout, max_cnt: int,
     return steps
 
 
-def add_dependencies(steps: list[StepRec], coll_name: str, per_rank: int, inplace: bool, outofplace: bool) -> None:
-    """Fill ``deps`` of every step (steps must be in program order)."""
+def add_dependencies(steps: list[StepRec], coll_name: str, per_rank: int, inplace: bool, outofplace: bool,
+                     conflicting: tuple[tuple[int, ...], ...] | None = None) -> tuple[tuple[int, ...], ...]:
+    """Fill ``deps`` of every step (steps must be in program order); returns :func:`step_conflicts`
+    (``conflicting``: those already found for steps with the same accesses, e.g. another thread-block
+    plan of the same layout)."""
+    if conflicting is None:
+        conflicting = step_conflicts(steps, coll_name, per_rank, inplace, outofplace)
+    per_tb_count: dict[TbKey, int] = defaultdict(int)
+    for st in steps:
+        st.index = per_tb_count[st.tb]
+        per_tb_count[st.tb] += 1
+    waited: dict[TbKey, dict[TbKey, int]] = defaultdict(dict)
+    for st, earlier in zip(steps, conflicting):
+        # per other thread block, its latest conflicting step (``earlier`` is in program order)
+        found = {steps[j].tb: steps[j] for j in earlier if steps[j].tb != st.tb}
+        mine = waited[st.tb]
+        for tb, target in sorted(found.items()):
+            if mine.get(tb, -1) >= target.index:
+                continue
+            mine[tb] = target.index
+            st.deps.append(target)
+    return conflicting
+
+
+def step_conflicts(steps: list[StepRec], coll_name: str, per_rank: int, inplace: bool,
+                   outofplace: bool) -> tuple[tuple[int, ...], ...]:
+    """Per step (in program order), the earlier steps it conflicts with on a memory cell under the
+    aliasing of every enabled buffer mode; it reads only the steps' types, reads and writes, not their
+    thread blocks."""
     def cells(rank: int, loc: Loc) -> list[tuple]:
         out = []
         if outofplace:
@@ -114,10 +141,6 @@ def add_dependencies(steps: list[StepRec], coll_name: str, per_rank: int, inplac
             out.append(("p", rank) + inplace_cell(coll_name, per_rank, rank, *loc))
         return out
 
-    per_tb_count: dict[TbKey, int] = defaultdict(int)
-    for st in steps:
-        st.index = per_tb_count[st.tb]
-        per_tb_count[st.tb] += 1
     accesses = []
     for st in steps:
         read_cells = [c for rank, loc in st.reads for c in cells(rank, loc)]
@@ -125,13 +148,4 @@ def add_dependencies(steps: list[StepRec], coll_name: str, per_rank: int, inplac
         if st.type == "cpy":              # an in-place identity copy writes nothing
             write_cells = [c for c in write_cells if c not in set(read_cells)]
         accesses.append((read_cells, write_cells))
-    waited: dict[TbKey, dict[TbKey, int]] = defaultdict(dict)
-    for st, conflicting in zip(steps, conflicts(accesses)):
-        # per other thread block, its latest conflicting step (``conflicting`` is in program order)
-        found = {steps[j].tb: steps[j] for j in conflicting if steps[j].tb != st.tb}
-        mine = waited[st.tb]
-        for tb, target in sorted(found.items()):
-            if mine.get(tb, -1) >= target.index:
-                continue
-            mine[tb] = target.index
-            st.deps.append(target)
+    return conflicts(accesses)
