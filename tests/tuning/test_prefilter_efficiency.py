@@ -63,6 +63,7 @@ def _measured_to_goal(table, model: str, goal: float, margin: float | None, expl
     return next((n + 1 for n, q in enumerate(curve) if q >= 1 / (1 + goal) - 1e-12), MEASURED + 1)
 
 
+@pytest.mark.slow     # synthesizes 24 algorithms and replays 96 sweeps: about 12 s on a shared 2-core machine
 @pytest.mark.parametrize("model, goal", [("protocol", 0.02), ("mixed", 0.05)])
 def test_the_default_rule_measures_fewer_algorithms_than_random_to_the_same_quality(table, model, goal):
     """``protocol``: the simulator errs only per (protocol, size); ``mixed``: also per algorithm, where near
