@@ -129,7 +129,7 @@ def shortlist(trials: Sequence[optuna.trial.FrozenTrial], sizes: Sequence[int], 
 
 
 def offsets(done: Sequence[optuna.trial.FrozenTrial], protocols: Sequence[str], sizes: int,
-            error: tuple[float, float]):
+            error: tuple[float, float]) -> tuple[Any, Any]:
     """(mean, sd) per protocol and size (arrays) of the simulator's error shared by a protocol's algorithms
     given ``done``'s measurements: each measured log(measured / simulated) is that part plus the algorithm's
     own, so the Gaussian posterior of the shared part moves to their mean as measurements of the protocol add up."""
@@ -147,7 +147,6 @@ def offsets(done: Sequence[optuna.trial.FrozenTrial], protocols: Sequence[str], 
                     count[protocols.index(p), i] += 1
     precision = 1 / shared + count / own
     return total / own / precision, precision ** -0.5
-
 
 
 def decide(study: optuna.Study, done: Sequence[optuna.trial.FrozenTrial], number: int, attrs: dict[str, Any],
