@@ -25,7 +25,8 @@ def register(subparsers) -> None:
                         "candidates (default %(default)g)")
     p.add_argument("--explore", type=float, default=0.5,
                    help="with a real runner, the share of --trials simulated only before any is measured; then the "
-                        "simulator's best per size and protocol are measured first (default %(default)g)")
+                        "explored algorithms are measured one at a time, each the one that most raises the expected per-size "
+                        "quality given the measurements so far (default %(default)g)")
     p.add_argument("--synth-time-limit", type=float, default=60.0, help="solver seconds per MILP stage (default 60)")
     p.add_argument("--storage", help="Optuna storage URL (postgresql://, sqlite:///...) or a journal file path "
                                      "(default OUT/optuna.journal)")

@@ -1,10 +1,11 @@
 """The simulator as a sweep's first fidelity: which candidates a real-hardware runner measures.
 
 Simulate first, then measure (``decide``): the first ``explore`` trials of a sweep are simulated only; then
-the simulator's best candidate per size and protocol (``shortlist``) is queued for measurement, and a later
-candidate is measured when its simulated time could improve some size among the candidates *of its protocol*
-(``worth_measuring``): the simulator errs mostly per protocol (benchmarks/fidelity.py's tables), so within
-one protocol its order is trusted and across protocols only a measurement tells. Export keeps the fastest
+the simulated candidates are measured one at a time, each the one that most raises the expected quality given
+what is measured (``shortlist``: the simulator errs mostly per protocol and size, benchmarks/fidelity.py's
+tables, so each measurement tells what to expect of its protocol's other candidates), and a candidate the
+sampler draws is measured when its simulated time could improve some size among the candidates *of its
+protocol* (``worth_measuring``): within one protocol the simulator's order is trusted. Export keeps the fastest
 trial per size, so the rule is per size: a geomean rule would skip the small-size winner whose large sizes
 are slow. An algorithm already measured (same synthesis cache key, ``twin``) is not measured again: its
 measurement is reused. ``rank_agreement`` checks the simulator against the measurements as the sweep goes.
@@ -12,7 +13,7 @@ measurement is reused. ``rank_agreement`` checks the simulator against the measu
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import optuna
 from optuna.trial import TrialState
@@ -74,40 +75,100 @@ def explore_trials(share: float, trials: int) -> int:
     return math.ceil(share * trials)
 
 
-def shortlist(trials: Sequence[optuna.trial.FrozenTrial], sizes: Sequence[int],
-              count: int) -> list[optuna.trial.FrozenTrial]:
-    """Up to ``count`` of ``trials`` (simulated), one per algorithm, in the order a sweep measures them: the
-    simulator's best at each size of any protocol, then its best of every protocol at each size (what a shared
-    per-protocol error can make the fastest measured), then the second best of each, and so on."""
-    protocols = sorted({t.user_attrs.get("protocol", "") for t in trials})
-    groups = [sorted(pool, key=lambda t: (t.user_attrs["sim_times"][i], t.number))
-              for pool in [list(trials)] + [same_protocol(trials, p) for p in protocols] for i in range(len(sizes))]
-    picks: dict[str, optuna.trial.FrozenTrial] = {}
-    for rank in range(max(map(len, groups), default=0)):
-        for group in groups:
-            if len(picks) >= count:
-                return list(picks.values())
-            if rank < len(group):
-                picks.setdefault(group[rank].user_attrs["cache_key"], group[rank])
-    return list(picks.values())
+SIM_ERROR = (0.10, 0.08)
+"""The simulator's error the shortlist expects, as sd of log(measured / simulated): a part shared by the
+algorithms of one protocol at one size, and each algorithm's own (benchmarks/fidelity.py measures both)."""
+
+
+def shortlist(trials: Sequence[optuna.trial.FrozenTrial], sizes: Sequence[int], count: int,
+              done: Sequence[optuna.trial.FrozenTrial] = (), pending: Sequence[Mapping[str, Any]] = (),
+              error: tuple[float, float] | None = None, draws: int = 64) -> list[optuna.trial.FrozenTrial]:
+    """Up to ``count`` of ``trials`` (simulated), one per algorithm, none ``done`` (measured) or ``pending``
+    (the user attrs of those queued or being measured), in the order a sweep measures them: each the one that
+    most raises the expected quality (geomean over sizes of the best time so far, as export picks per size) of
+    what is measured, pending and picked before it. A measured time is modelled as the simulated time x
+    exp(shared + own), drawn (``draws`` seeded draws) with the sds of ``error`` (default SIM_ERROR), the part
+    shared by a protocol at a size as ``done``'s measurements of that protocol tell (``offsets``). So a candidate
+    is worth more where its protocol is close to the best at some size, or where it is close to the best at many
+    sizes, than a protocol's best far behind."""
+    import numpy as np
+
+    error = error or SIM_ERROR
+    skip = {t.user_attrs.get("cache_key") for t in done}
+    queued = [a for a in pending if a.get("cache_key") not in skip]
+    skip |= {a.get("cache_key") for a in queued}
+    pool = list({t.user_attrs["cache_key"]: t for t in sorted(trials, key=lambda t: -t.number)
+                 if t.user_attrs["cache_key"] not in skip}.values())
+    pool.sort(key=lambda t: t.number)
+    if not pool or count <= 0:
+        return []
+    rows = queued + [t.user_attrs for t in pool]
+    protocols = sorted({a.get("protocol", "") for a in rows})
+    which = np.array([protocols.index(a.get("protocol", "")) for a in rows])
+    mean, sd = offsets(done, protocols, len(sizes), error)
+    rng = np.random.default_rng(0)
+    logs = np.log([a["sim_times"] for a in rows])                                  # candidates x sizes
+    shared = mean + sd * rng.standard_normal((draws, len(protocols), len(sizes)))
+    worlds = logs + shared[:, which] + error[1] * rng.standard_normal((draws, len(rows), len(sizes)))
+    so_far = np.full((draws, len(sizes)), np.inf)
+    for t in done:
+        times = [r.get("time_us") for r in t.user_attrs.get("results") or ()]
+        if len(times) == len(sizes) and all(times):
+            so_far = np.minimum(so_far, np.log(times))
+    for n in range(len(queued)):
+        so_far = np.minimum(so_far, worlds[:, n])
+    ref = logs.min(axis=0)
+    picks: list[int] = list(range(len(queued)))
+    for _ in range(min(count, len(pool))):
+        value = np.exp((ref - np.minimum(so_far[:, None, :], worlds)).mean(axis=2)).mean(axis=0)
+        value[picks] = -1.0
+        pick = int(value.argmax())
+        picks.append(pick)
+        so_far = np.minimum(so_far, worlds[:, pick])
+    return [pool[i - len(queued)] for i in picks[len(queued):]]
+
+
+def offsets(done: Sequence[optuna.trial.FrozenTrial], protocols: Sequence[str], sizes: int,
+            error: tuple[float, float]) -> tuple[Any, Any]:
+    """(mean, sd) per protocol and size (arrays) of the simulator's error shared by a protocol's algorithms
+    given ``done``'s measurements: each measured log(measured / simulated) is that part plus the algorithm's
+    own, so the Gaussian posterior of the shared part moves to their mean as measurements of the protocol add up."""
+    import numpy as np
+
+    shared, own = max(error[0], 1e-6) ** 2, max(error[1], 1e-6) ** 2
+    total, count = np.zeros((len(protocols), sizes)), np.zeros((len(protocols), sizes))
+    for t in done:
+        p = t.user_attrs.get("protocol")
+        results, sim = t.user_attrs.get("results") or (), t.user_attrs.get("sim_times") or ()
+        if p in protocols:
+            for i, (r, s) in enumerate(zip(results, sim)):
+                if i < sizes and r.get("time_us"):
+                    total[protocols.index(p), i] += math.log(r["time_us"] / s)
+                    count[protocols.index(p), i] += 1
+    precision = 1 / shared + count / own
+    return total / own / precision, precision ** -0.5
 
 
 def decide(study: optuna.Study, done: Sequence[optuna.trial.FrozenTrial], number: int, attrs: dict[str, Any],
            sizes: Sequence[int], margin: float, explore: int, budget: int) -> tuple[bool, str]:
     """(measure?, why) for trial ``number`` (its ``attrs`` hold its ``cache_key``, ``sim_times`` and
-    ``protocol``), given the study's ``measured`` trials ``done``: simulated only while ``number < explore``; after that, once, the simulator's ``shortlist``
-    of up to ``budget`` algorithms is enqueued (those trials are measured), and any other candidate is
-    measured when ``worth_measuring`` against every simulated candidate of its protocol."""
+    ``protocol``), given the study's ``measured`` trials ``done``: simulated only while ``number < explore``;
+    after that the explored candidates are measured in ``shortlist`` order, one queued at a time (so each is
+    chosen by the measurements before it) while ``budget`` trials remain, and any other candidate is measured
+    when ``worth_measuring`` against every simulated candidate of its protocol."""
     if number < explore:
         return False, f"exploring: the first {explore} trials are simulated only"
-    if attrs.get("shortlist"):
-        return True, "on the simulator's shortlist after exploring (its best per size and protocol, in rank order)"
     trials = simulated(study)
-    if explore and not study.user_attrs.get("shortlisted"):
-        study.set_user_attr("shortlisted", number)
-        known = {t.user_attrs.get("cache_key") for t in done} | {attrs["cache_key"]}
-        for t in [t for t in shortlist(trials, sizes, len(trials)) if t.user_attrs["cache_key"] not in known][:budget]:
-            study.enqueue_trial(t.params, user_attrs={"shortlist": True})
+    chained = bool(attrs.get("shortlist"))
+    waiting = [t for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)) if t.user_attrs.get("shortlist")]
+    if explore and (chained or not waiting) and budget > len(waiting):
+        by_number = {t.number: t for t in trials}
+        pending = [by_number[t.user_attrs["shortlist_of"]].user_attrs for t in waiting
+                   if t.user_attrs.get("shortlist_of") in by_number] + [attrs]
+        for t in shortlist([t for t in trials if t.number < explore], sizes, 1, done, pending):   # the explored
+            study.enqueue_trial(t.params, user_attrs={"shortlist": True, "shortlist_of": t.number})
+    if chained:
+        return True, "on the simulator's shortlist (what most raises the expected quality, given the measurements)"
     return worth_measuring(done, attrs["sim_times"], attrs["cache_key"], sizes, margin, trials, attrs.get("protocol"))
 
 

@@ -11,7 +11,8 @@ import pytest
 from optuna.distributions import IntDistribution
 from optuna.trial import TrialState
 
-from autotaccl.tuning.prefilter import decide, measured, misorder, rank_agreement, shortlist, simulated, worth_measuring
+from autotaccl.tuning.prefilter import (decide, measured, misorder, offsets, rank_agreement, shortlist, simulated,
+                                        worth_measuring)
 
 SIZES = [1024, 1 << 20, 1 << 26]
 
@@ -103,27 +104,74 @@ ROWS = [("a", "Simple", [30.0, 100.0, 900.0]),     # the best at 64M
         ("f", "Simple", [40.0, 400.0, 990.0])]
 
 
-def test_the_shortlist_takes_each_sizes_best_then_each_protocols_then_the_runners_up(tmp_path):
+def test_the_shortlist_takes_first_what_most_raises_the_expected_quality_and_last_what_is_behind_everywhere(tmp_path):
     trials = simulated(_simulated(tmp_path, ROWS))
     order = [t.user_attrs["cache_key"] for t in shortlist(trials, SIZES, 10)]
-    assert order[:3] == ["b", "c", "a"]                 # each size's best of any protocol
-    assert set(order[3:5]) == {"d", "e"}                # then each protocol's best per size
-    assert order[-1] == "f" and len(order) == 6         # then the runners-up, each algorithm once
-    assert [t.user_attrs["cache_key"] for t in shortlist(trials, SIZES, 2)] == ["b", "c"]
+    assert order[0] == "e"                              # alone, the best geomean: near the best at every size
+    assert set(order[1:4]) == {"a", "b", "c"}           # then each size's best
+    assert order[-1] == "f" and len(order) == 6         # behind d (its protocol's) at every size: last; each once
+    assert [t.user_attrs["cache_key"] for t in shortlist(trials, SIZES, 2)] == order[:2]
 
 
-def test_a_sweep_simulates_first_then_measures_the_shortlist_then_what_beats_its_protocol(tmp_path):
+def test_a_close_runner_up_comes_before_a_protocols_best_far_behind(tmp_path):
+    rows = [("s1", "Simple", [10.0, 100.0, 1000.0]), ("l1", "LL", [30.0, 300.0, 3000.0]),
+            ("s2", "Simple", [10.5, 101.0, 1010.0])]
+    trials = simulated(_simulated(tmp_path, rows))
+    assert [t.user_attrs["cache_key"] for t in shortlist(trials, SIZES, 3)] == ["s1", "s2", "l1"]
+
+
+def test_the_shortlist_leaves_out_what_is_measured_and_counts_its_times(tmp_path):
+    trials = simulated(_simulated(tmp_path, ROWS))
+    fast_1k = _study(tmp_path, [("a", [30.0, 100.0, 900.0], "mpi", [5.0, 100.0, 900.0])], "m")   # a, measured
+    order = [t.user_attrs["cache_key"] for t in shortlist(trials, SIZES, 10, measured(fast_1k))]
+    assert "a" not in order and len(order) == 5
+    assert order.index("b") > order.index("c")        # b wins only at 1K, where a measured faster already
+    assert [t.user_attrs["cache_key"] for t in shortlist(trials, SIZES, 10)].index("b") < order.index("b")
+
+
+def _measured_a(tmp_path, factor: float):
+    """The study's measured trials: a (Simple), measured at ``factor`` x its simulated times."""
+    sim = [30.0, 100.0, 900.0]
+    done = measured(_study(tmp_path, [("a", sim, "mpi", [factor * x for x in sim])], f"a{factor}"))
+    for t in done:
+        t.user_attrs["protocol"] = "Simple"
+    return done
+
+
+def test_a_measurement_moves_what_the_shortlist_expects_of_its_protocol(tmp_path):
+    trials = simulated(_simulated(tmp_path, ROWS))
+    slow, faithful = _measured_a(tmp_path, 3.0), _measured_a(tmp_path, 1.0)
+    mean, sd = offsets(slow, ["LL", "Simple"], 3, (0.1, 0.08))
+    assert mean[0] == pytest.approx([0.0] * 3) and sd[0] == pytest.approx([0.1] * 3)          # LL: the prior
+    assert mean[1] == pytest.approx([math.log(3) * 0.01 / (0.01 + 0.0064)] * 3)               # Simple: moved
+    assert (sd[1] < 0.1).all()
+    after_slow = [t.user_attrs["cache_key"] for t in shortlist(trials, SIZES, 10, slow)]
+    after_faithful = [t.user_attrs["cache_key"] for t in shortlist(trials, SIZES, 10, faithful)]
+    assert after_slow[0] == "e"                  # Simple is slow at 64M: LL128's e, next to it, first
+    assert after_faithful.index("e") > 0         # Simple as simulated holds 64M: e is worth less
+    assert after_slow[-2:] == after_faithful[-2:] == ["d", "f"]
+
+
+def test_a_sweep_simulates_first_then_measures_the_shortlist_one_at_a_time_then_what_beats_its_protocol(tmp_path):
     study = _simulated(tmp_path, ROWS)
     attrs = {"cache_key": "g", "protocol": "Simple", "sim_times": [50.0, 500.0, 5000.0]}
     measure, why = decide(study, measured(study), 3, attrs, SIZES, 0.0, explore=6, budget=4)
     assert not measure and "exploring" in why
+    assert not study.get_trials(states=(TrialState.WAITING,))
     assert not decide(study, measured(study), 6, attrs, SIZES, 0.0, explore=6, budget=4)[0]       # behind at every size
-    waiting = study.get_trials(states=(TrialState.WAITING,))
-    assert [t.system_attrs["fixed_params"]["x"] for t in waiting] == [1, 2, 0, 4]       # b, c, a, then e (LL128's)
-    assert all(t.user_attrs["shortlist"] for t in waiting)
-    assert decide(study, measured(study), 7, {**attrs, "shortlist": True}, SIZES, 0.0, explore=6, budget=4)[0]
+
+    def waiting():
+        return [t.system_attrs["fixed_params"]["x"] for t in study.get_trials(states=(TrialState.WAITING,))]
+
+    assert waiting() == [shortlist(simulated(study), SIZES, 1)[0].number] == [4]    # e, the first pick
+    assert all(t.user_attrs["shortlist"] for t in study.get_trials(states=(TrialState.WAITING,)))
+    chained = {**attrs, "shortlist": True}
+    assert decide(study, measured(study), 7, chained, SIZES, 0.0, explore=6, budget=4)[0]
+    assert waiting() == [4, 0]                          # the next pick, e and g pending: a, the best at 64M
     decide(study, measured(study), 8, attrs, SIZES, 0.0, explore=6, budget=4)
-    assert len(study.get_trials(states=(TrialState.WAITING,))) == 4               # not queued again
+    assert waiting() == [4, 0]                          # one is waiting: not queued again
+    decide(study, measured(study), 9, chained, SIZES, 0.0, explore=6, budget=2)
+    assert waiting() == [4, 0]                          # no trial left for another
     ll128 = {"cache_key": "h", "protocol": "LL128", "sim_times": [13.0, 94.0, 5000.0]}   # LL128's best at 1M
     measure, why = decide(study, measured(study), 9, ll128, SIZES, 0.0, explore=6, budget=4)
     assert measure and "1M" in why, why
