@@ -7,7 +7,7 @@ every size has its best known algorithm). The best known per size is the best of
 to it.
 
 The table holds, per configuration, the simulated time at every size (or why it is infeasible). It is built
-once, synthesizing each distinct synthesis cache key once, and saved under ``--cache-dir``; the samplers then
+once, synthesizing each distinct synthesis cache key once, and saved under ``--tables``; the samplers then
 replay against it, with `tune`'s seeds enqueued first and its repeat handling, so a replay costs no
 synthesis. Trials whose configurations share a cache key are one evaluation ("distinct"). Configurations
 the table lacks are synthesized on demand and added to it, so a partial table only costs time.
@@ -92,12 +92,13 @@ def config_key(params: dict, space) -> str:
 class Table:
     """Configuration -> {cache key, per-size simulated times | infeasible reason}, on disk as JSON."""
 
-    def __init__(self, space, collective: str, cache_dir: Path) -> None:
+    def __init__(self, space, collective: str, cache_dir: Path, tables: Path | None = None) -> None:
         self.space, self.collective = space, collective
         self.graph = space.graph()
         self.topology = fingerprint(self.graph)
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        self.path = cache_dir / f"{space.name}-{space.fixed['engine']}-{collective}-{self.topology}.json"
+        tables = tables or cache_dir
+        tables.mkdir(parents=True, exist_ok=True)
+        self.path = tables / f"{space.name}-{space.fixed['engine']}-{collective}-{self.topology}.json"
         self.synth_cache = SynthesisCache(cache_dir / "synthesis")
         self.rows: dict[str, dict] = json.loads(self.path.read_text()) if self.path.is_file() else {}
         self.ref = compute_reference(self.graph, collective, space.sizes, "sim")
@@ -592,6 +593,9 @@ def main() -> int:
                         help="replay only sections whose table is complete (the others: their size so far)")
     parser.add_argument("--cache-dir", default=os.environ.get("AUTOTACCL_BENCH_CACHE",
                                                               str(Path.home() / ".cache" / "autotaccl-bench")))
+    parser.add_argument("--tables", default=str(ROOT / "benchmarks" / "results" / "search_efficiency" / "tables"),
+                        help="the lookup tables: the reference run, committed so a replay costs no rebuild (a table is named by "
+                             "its topology's fingerprint; after a change to synthesis, rebuild into another directory)")
     parser.add_argument("--out", default="benchmarks/results/search_efficiency", help="plots go here")
     parser.add_argument("--write", action="store_true", help="write benchmarks/results/search_efficiency.md")
     args = parser.parse_args()
@@ -630,7 +634,7 @@ def main() -> int:
 
 
 def section(space, collective: str, args, chosen: list[Variant], out: Path) -> list[str]:
-    table = Table(space, collective, Path(args.cache_dir))
+    table = Table(space, collective, Path(args.cache_dir), Path(args.tables))
     configs = enumerate_space(space)
     start = time.perf_counter()
     if args.build:
