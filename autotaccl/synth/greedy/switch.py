@@ -26,10 +26,10 @@ MAX_OPERATIONS = 20_000    # transfers per candidate
 
 
 def switch_schedules(lt: LogicalTopology) -> Iterator[tuple[str, Algorithm]]:
-    """``(label, algorithm)`` of every switch schedule of ``lt.collective`` (fewest pieces first; on one
-    node only the one piece: nothing runs between a cell's load-reduce and its store, one glres, so pieces
-    would pipeline nothing); raises NotApplicable where the switch cannot run it (another collective, no switch that reduces
-    spans a node's GPUs, more than ``MAX_NODES`` nodes, a rail hop the sketch does not allow)."""
+    """``(label, algorithm)`` of every switch schedule of ``lt.collective``, fewest pieces first (on one node
+    only one piece: a cell's load-reduce and store are one glres, so pieces would pipeline nothing). Raises
+    NotApplicable where the switch cannot run it (another collective, no switch that reduces spans a node's
+    GPUs, more than ``MAX_NODES`` nodes, a rail hop the sketch does not allow)."""
     coll, graph = lt.collective, lt.graph
     gpn, nodes = graph.graph["gpus_per_node"], graph.graph["nodes"]
     if coll.name not in COLLECTIVES:
