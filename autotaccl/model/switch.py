@@ -76,9 +76,7 @@ def byte_weight(nbytes: float, port: SwitchPort, plain_rate: float, port_bytes: 
     operations what this model charges them."""
     if port_bytes <= 0:
         return plain_rate / port.rate
-    chunk = nvls_chunk(nbytes, port.lanes, port.nvls.chunk_bytes)
-    steps = math.ceil(port_bytes / (port.lanes * chunk))
-    return plain_rate * (1 / port.rate + steps * port.nvls.op_us / port_bytes)
+    return plain_rate * multimem_us(port_bytes, nbytes, port) / port_bytes
 
 
 def port_share(collective: str, group: int) -> float:

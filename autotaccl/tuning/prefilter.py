@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
+import numpy as np
 import optuna
 from optuna.trial import TrialState
 
@@ -33,6 +34,11 @@ def simulated(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     """The study's finished trials, measured or not, that recorded their simulated times."""
     return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
             if "sim_times" in t.user_attrs]
+
+
+def measured_times(trial: optuna.trial.FrozenTrial) -> list[float | None]:
+    """The trial's measured time (µs) at each size it recorded, None where a size has none."""
+    return [r.get("time_us") or None for r in trial.user_attrs.get("results") or ()]
 
 
 def twin(done: Sequence[optuna.trial.FrozenTrial], cache_key: str) -> optuna.trial.FrozenTrial | None:
@@ -91,15 +97,15 @@ def shortlist(trials: Sequence[optuna.trial.FrozenTrial], sizes: Sequence[int], 
     shared by a protocol at a size as ``done``'s measurements of that protocol tell (``offsets``). So a candidate
     is worth more where its protocol is close to the best at some size, or where it is close to the best at many
     sizes, than a protocol's best far behind."""
-    import numpy as np
-
     error = error or SIM_ERROR
     skip = {t.user_attrs.get("cache_key") for t in done}
     queued = [a for a in pending if a.get("cache_key") not in skip]
     skip |= {a.get("cache_key") for a in queued}
-    pool = list({t.user_attrs["cache_key"]: t for t in sorted(trials, key=lambda t: -t.number)
-                 if t.user_attrs["cache_key"] not in skip}.values())
-    pool.sort(key=lambda t: t.number)
+    first: dict[str, optuna.trial.FrozenTrial] = {}          # each algorithm's first trial, in trial order
+    for t in sorted(trials, key=lambda t: t.number):
+        if t.user_attrs["cache_key"] not in skip:
+            first.setdefault(t.user_attrs["cache_key"], t)
+    pool = list(first.values())
     if not pool or count <= 0:
         return []
     rows = queued + [t.user_attrs for t in pool]
@@ -112,7 +118,7 @@ def shortlist(trials: Sequence[optuna.trial.FrozenTrial], sizes: Sequence[int], 
     worlds = logs + shared[:, which] + error[1] * rng.standard_normal((draws, len(rows), len(sizes)))
     so_far = np.full((draws, len(sizes)), np.inf)
     for t in done:
-        times = [r.get("time_us") for r in t.user_attrs.get("results") or ()]
+        times = measured_times(t)
         if len(times) == len(sizes) and all(times):
             so_far = np.minimum(so_far, np.log(times))
     for n in range(len(queued)):
@@ -133,18 +139,16 @@ def offsets(done: Sequence[optuna.trial.FrozenTrial], protocols: Sequence[str], 
     """(mean, sd) per protocol and size (arrays) of the simulator's error shared by a protocol's algorithms
     given ``done``'s measurements: each measured log(measured / simulated) is that part plus the algorithm's
     own, so the Gaussian posterior of the shared part moves to their mean as measurements of the protocol add up."""
-    import numpy as np
-
     shared, own = max(error[0], 1e-6) ** 2, max(error[1], 1e-6) ** 2
     total, count = np.zeros((len(protocols), sizes)), np.zeros((len(protocols), sizes))
     for t in done:
         p = t.user_attrs.get("protocol")
-        results, sim = t.user_attrs.get("results") or (), t.user_attrs.get("sim_times") or ()
         if p in protocols:
-            for i, (r, s) in enumerate(zip(results, sim)):
-                if i < sizes and r.get("time_us"):
-                    total[protocols.index(p), i] += math.log(r["time_us"] / s)
-                    count[protocols.index(p), i] += 1
+            row = protocols.index(p)
+            for i, (m, s) in enumerate(zip(measured_times(t), t.user_attrs.get("sim_times") or ())):
+                if i < sizes and m:
+                    total[row, i] += math.log(m / s)
+                    count[row, i] += 1
     precision = 1 / shared + count / own
     return total / own / precision, precision ** -0.5
 
@@ -179,9 +183,9 @@ def misorder(done: Sequence[optuna.trial.FrozenTrial], i: int, near: float = 0.1
     tell near candidates apart, only measuring them can."""
     ratios = []
     for t in done:
-        sim, results = t.user_attrs["sim_times"][i], t.user_attrs.get("results") or ()
-        if i < len(results) and "time_us" in results[i]:
-            ratios.append((sim, results[i]["time_us"] / sim))
+        sim, times = t.user_attrs["sim_times"][i], measured_times(t)
+        if i < len(times) and times[i]:
+            ratios.append((sim, times[i] / sim))
     gaps = sorted(abs(ra / rb - 1) for n, (sa, ra) in enumerate(ratios) for sb, rb in ratios[:n]
                   if abs(sa / sb - 1) < near)
     return gaps[len(gaps) // 2] if len(gaps) >= pairs else 0.0
